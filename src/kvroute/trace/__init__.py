@@ -1,0 +1,1 @@
+"""Traces: request records, readers and writers per format, tokens, chained block hashing."""
