@@ -127,7 +127,10 @@ def chain_hashes_batch(
         contents = block_contents(tokens, 1)
     else:
         # Gather each prompt's full-block tokens into one (total_blocks, B) matrix.
-        idx = np.repeat(token_offsets[:-1] - block_offsets[:-1] * block_size_tokens, blocks_per * block_size_tokens)
+        idx = np.repeat(
+            token_offsets[:-1] - block_offsets[:-1] * block_size_tokens,
+            blocks_per * block_size_tokens,
+        )
         idx += np.arange(idx.shape[0], dtype=np.int64)
         contents = block_contents(tokens[idx], block_size_tokens)
     nonempty = blocks_per > 0
@@ -135,18 +138,22 @@ def chain_hashes_batch(
     return chain_contents(contents, starts, seed), block_offsets
 
 
-def extend_chain(parent_hash: int | None, block_tokens: npt.NDArray[np.integer], seed: int = DEFAULT_SEED) -> int:
+def extend_chain(
+    parent_hash: int | None, block_tokens: npt.NDArray[np.integer], seed: int = DEFAULT_SEED
+) -> int:
     """Hash of one more block given its parent's hash (``None`` for the first block).
 
     Scalar form of the same chain, for code that grows a prompt block by block.
     """
     parent = np.uint64(seed if parent_hash is None else parent_hash)
-    content = block_contents(np.asarray(block_tokens), int(len(block_tokens)))[0]
+    content = block_contents(np.asarray(block_tokens), len(block_tokens))[0]
     with np.errstate(over="ignore"):
         return int(parent * _P + content)
 
 
-def rechain_ids(ids: npt.NDArray[np.integer], starts: npt.NDArray[np.int64], seed: int = DEFAULT_SEED) -> U64:
+def rechain_ids(
+    ids: npt.NDArray[np.integer], starts: npt.NDArray[np.int64], seed: int = DEFAULT_SEED
+) -> U64:
     """Chain opaque per-block ids (e.g. Mooncake ``hash_ids``) as 1-token blocks.
 
     Makes hash-only traces safe to compare even when a source reuses an id at two

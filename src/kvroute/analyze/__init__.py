@@ -1,0 +1,1 @@
+"""Prefix-overlap and traffic-shape analysis of traces; pure, returns plain dataclasses."""

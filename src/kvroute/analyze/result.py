@@ -1,0 +1,117 @@
+"""The result of ``kvroute analyze``: plain dataclasses, serialised as versioned JSON.
+
+``SCHEMA`` names the JSON layout; docs/analyze-json.md documents every field. Bump it
+on any incompatible change.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from kvroute.analyze.pairwise import PairwiseResult
+from kvroute.analyze.reuse import ReuseResult
+from kvroute.analyze.sessions import SessionsResult
+from kvroute.analyze.shape import ShapeResult
+from kvroute.analyze.stats import Distribution
+
+SCHEMA = "kvroute.analyze/1"
+
+EQUIVALENT_BELOW = 0.40
+RADIX_ABOVE = 0.60
+LLAMACPP_MAX_USERS = 16
+
+
+class Granularity(enum.Enum):
+    TOKEN = "token"
+    BLOCK = "block"
+
+
+class VerdictLevel(enum.Enum):
+    EQUIVALENT = "equivalent"
+    GREY_ZONE = "grey_zone"
+    RADIX_PAYS = "radix_pays"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceInfo:
+    path: str
+    format: str
+    num_requests: int
+    num_skipped: int
+    prompt_form: str
+    """"tokens" (text tokenized with ``tokenizer``) or "block_hashes" (hash-only trace)."""
+    tokenizer: str | None
+    block_size_tokens: int
+    models: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    """Ideal (infinite-cache) prefix reuse: a prompt token counts as reusable when it
+    belongs to a prefix some earlier request already had."""
+
+    granularity: Granularity
+    """TOKEN when prompts are known as tokens (exact); BLOCK for hash-only traces."""
+    prompt_tokens: int
+    reusable_tokens: int
+    hit_ratio: float
+    """reusable_tokens / prompt_tokens at the finest granularity available."""
+    block_size_tokens: int
+    block_reusable_tokens: int
+    block_hit_ratio: float
+    """Same, counting whole blocks only (vLLM-style paged reuse)."""
+    share_requests_with_reuse: float
+    per_request_hit: Distribution
+    """Per request: matched prefix / prompt length."""
+    lcp_tokens: Distribution
+    """Per request: longest common prefix with any earlier request, tokens."""
+    lcp_share: Distribution
+    reported_cached_tokens: int | None
+    """Sum of engine-reported cached tokens, when the log carries them."""
+    reported_hit_ratio: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SharedPrefix:
+    rank: int
+    num_requests: int
+    start_tokens: int
+    """Where this shared segment starts in the prompt (0: a leading prefix)."""
+    prefix_tokens: int
+    """Where it ends: shared prefix length through this segment."""
+    tokens_saved: int
+    share_of_reuse: float
+    share_of_prompt_tokens: float
+    preview_head: str | None
+    preview_tail: str | None
+    sub_block: bool
+    """The pseudo-group of reuse shorter than one block."""
+
+
+@dataclass(frozen=True, slots=True)
+class Groups:
+    num_groups: int
+    top: list[SharedPrefix]
+    top_share_of_reuse: float
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    level: VerdictLevel
+    headline: str
+    reasons: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisResult:
+    schema: str
+    trace: TraceInfo
+    overlap: Overlap
+    groups: Groups
+    pairwise: PairwiseResult
+    sessions: SessionsResult
+    shape: ShapeResult
+    reuse: ReuseResult
+    verdict: Verdict
+    elapsed_s: float

@@ -1,0 +1,196 @@
+"""Reuse distance: how much KV memory an ideal LRU cache needs to catch the reuse.
+
+For every block access that repeats an earlier one, the *stack distance* is the number
+of distinct blocks touched since that block was last touched; an LRU cache of ``C``
+blocks hits exactly when the distance is below ``C``. A request touches all blocks of
+its prompt, a block's ancestors are touched whenever it is, so distances grow along a
+prompt and the hit set stays a prefix, as in a real prefix cache.
+
+Long traces are sampled spatially (SHARDS, Waldspurger et al., FAST'15): a block is
+tracked when its hash falls under a threshold, so every access to a tracked block is
+kept and distances measured among tracked blocks scale by ``1 / rate``. The rate halves
+whenever the sample outgrows its budget; with a small trace it stays 1 (exact).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from kvroute.types import BlockHashes
+
+_FULL = 1 << 24
+
+
+@dataclass(frozen=True, slots=True)
+class ReuseResult:
+    """Outcome of :class:`ReuseTracker`; capacities and distances in tokens."""
+
+    sample_rate: float
+    num_sampled_accesses: int
+    capacity_tokens: list[int]
+    hit_ratio: list[float]
+    """Share of all prompt tokens an ideal LRU of each capacity would serve from cache."""
+    infinite_hit_ratio: float
+    distance_tokens_p50: float | None
+    distance_tokens_p90: float | None
+    reuse_time_s_p50: float | None
+    reuse_time_s_p90: float | None
+    reuse_time_s_hist_edges: list[float]
+    reuse_time_s_hist_counts: list[int]
+
+
+class ReuseTracker:
+    """Collects the sampled block-access stream; ``finish`` computes distances."""
+
+    def __init__(self, block_size_tokens: int, *, max_samples: int = 200_000) -> None:
+        self.block_size_tokens = block_size_tokens
+        self.max_samples = max_samples
+        self._threshold = _FULL
+        self._keys: list[int] = []
+        self._weights: list[int] = []
+        self._times: list[float] = []
+        self._total_tokens = 0
+
+    def add(
+        self,
+        block_hashes: BlockHashes,
+        last_block_tokens: int,
+        prompt_tokens: int,
+        arrival_s: float | None,
+    ) -> None:
+        """Record one request's prompt blocks; the last holds ``last_block_tokens`` tokens
+        (the block size unless partial). ``prompt_tokens`` counts the whole prompt,
+        including a partial tail that has no block of its own."""
+        self._total_tokens += prompt_tokens
+        n = block_hashes.shape[0]
+        if n == 0:
+            return
+        if self._threshold == _FULL:
+            picked = np.arange(n)
+        else:
+            picked = np.nonzero((block_hashes >> np.uint64(40)) < np.uint64(self._threshold))[0]
+            if picked.size == 0:
+                return
+        bs = self.block_size_tokens
+        t = float("nan") if arrival_s is None else arrival_s
+        keys = block_hashes[picked].tolist()
+        self._keys.extend(keys)
+        self._times.extend([t] * len(keys))
+        w = [bs] * len(keys)
+        if int(picked[-1]) == n - 1:
+            w[-1] = last_block_tokens
+        self._weights.extend(w)
+        if len(self._keys) > self.max_samples:
+            self._downsample()
+
+    def _downsample(self) -> None:
+        while len(self._keys) > self.max_samples and self._threshold > 1:
+            self._threshold //= 2
+            keys = np.array(self._keys, dtype=np.uint64)
+            keep = np.nonzero((keys >> np.uint64(40)) < np.uint64(self._threshold))[0]
+            self._keys = keys[keep].tolist()
+            self._weights = np.array(self._weights)[keep].tolist()
+            self._times = np.array(self._times)[keep].tolist()
+
+    def finish(self, capacity_grid_tokens: list[int]) -> ReuseResult:
+        rate = self._threshold / _FULL
+        keys = self._keys
+        n = len(keys)
+        dist = _stack_distances(keys)  # -1: first access
+        weights = np.array(self._weights, dtype=np.float64)
+        times = np.array(self._times, dtype=np.float64)
+        reuse = dist >= 0
+        dist_tokens = dist[reuse].astype(np.float64) / rate * self.block_size_tokens
+        total = max(self._total_tokens, 1)
+        hit_w = weights[reuse] / rate
+        order = np.argsort(dist_tokens)
+        cum = np.concatenate([[0.0], np.cumsum(hit_w[order])])
+        sorted_d = dist_tokens[order]
+        hit_ratio = [
+            float(cum[np.searchsorted(sorted_d, c, side="left")] / total)
+            for c in capacity_grid_tokens
+        ]
+        reuse_dt = _reuse_times(keys, times)
+        finite_dt = reuse_dt[np.isfinite(reuse_dt)]
+        edges, counts = _log_hist(finite_dt)
+        return ReuseResult(
+            sample_rate=rate,
+            num_sampled_accesses=n,
+            capacity_tokens=list(capacity_grid_tokens),
+            hit_ratio=hit_ratio,
+            infinite_hit_ratio=float(cum[-1] / total),
+            distance_tokens_p50=_pct(dist_tokens, 50),
+            distance_tokens_p90=_pct(dist_tokens, 90),
+            reuse_time_s_p50=_pct(finite_dt, 50),
+            reuse_time_s_p90=_pct(finite_dt, 90),
+            reuse_time_s_hist_edges=edges,
+            reuse_time_s_hist_counts=counts,
+        )
+
+
+def _pct(values: npt.NDArray[np.float64], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values.size else None
+
+
+def _log_hist(values: npt.NDArray[np.float64]) -> tuple[list[float], list[int]]:
+    pos = values[values > 0]
+    if pos.size == 0:
+        return [], []
+    lo = np.floor(np.log10(pos.min()))
+    hi = np.ceil(np.log10(pos.max())) + (1 if pos.min() == pos.max() else 0)
+    edges = np.logspace(lo, hi, int(hi - lo) * 3 + 1)
+    counts, _ = np.histogram(pos, bins=edges)
+    return [float(e) for e in edges], [int(c) for c in counts]
+
+
+def _reuse_times(keys: list[int], times: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    last: dict[int, float] = {}
+    out: list[float] = []
+    for k, t in zip(keys, times.tolist(), strict=True):
+        prev = last.get(k)
+        if prev is not None:
+            out.append(t - prev)
+        last[k] = t
+    return np.array(out, dtype=np.float64)
+
+
+def stack_distances(keys: list[int]) -> npt.NDArray[np.int64]:
+    """Per access, distinct keys touched since the key's previous access (-1 if none).
+
+    A Fenwick tree over access positions marks each key's most recent position; the
+    distance is the number of marks after the previous position. O(n log n).
+    """
+    return _stack_distances(keys)
+
+
+def _stack_distances(keys: list[int]) -> npt.NDArray[np.int64]:
+    n = len(keys)
+    tree = [0] * (n + 1)
+    last: dict[int, int] = {}
+    out = [-1] * n
+    marked = 0
+    for pos, key in enumerate(keys):
+        prev = last.get(key)
+        if prev is not None:
+            # marks at positions <= prev
+            i = prev + 1
+            s = 0
+            while i > 0:
+                s += tree[i]
+                i -= i & -i
+            out[pos] = marked - s
+            i = prev + 1  # unmark prev
+            while i <= n:
+                tree[i] -= 1
+                i += i & -i
+            marked -= 1
+        i = pos + 1
+        while i <= n:
+            tree[i] += 1
+            i += i & -i
+        marked += 1
+        last[key] = pos
+    return np.array(out, dtype=np.int64)

@@ -1,0 +1,316 @@
+"""Run every analysis over a stream of tokenized requests in one pass.
+
+Requests are taken in chunks so hashing is vectorised, then fed one by one to the
+accumulators (prefix index, reuse tracker, sessions, pair sampler, groups). Memory is
+bounded by unique blocks and the fixed-size samples, never by the trace length times
+the prompt length.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+
+import numpy as np
+
+from kvroute.analyze.groups import GroupTracker
+from kvroute.analyze.pairwise import PairSampler
+from kvroute.analyze.prefix_index import PrefixIndex
+from kvroute.analyze.result import (
+    SCHEMA,
+    AnalysisResult,
+    Granularity,
+    Groups,
+    Overlap,
+    SharedPrefix,
+    TraceInfo,
+)
+from kvroute.analyze.reuse import ReuseTracker
+from kvroute.analyze.sessions import SessionTracker
+from kvroute.analyze.shape import shape_of
+from kvroute.analyze.stats import describe
+from kvroute.analyze.verdict import verdict_for
+from kvroute.errors import EmptyTraceError, InputError
+from kvroute.trace.hashing import DEFAULT_SEED, chain_hashes_batch, rechain_ids
+from kvroute.trace.records import BlockPrompt, ChatPrompt, Request, TokenPrompt
+
+Progress = Callable[[int], None]
+Decode = Callable[[list[int]], str]
+
+
+@dataclass(frozen=True, slots=True)
+class AnalyzeOptions:
+    block_size_tokens: int = 16
+    """Block granularity for the vLLM-style figures (token traces); hash-only traces use their own."""
+    top_groups: int = 10
+    seed: int = 0
+    chunk_requests: int = 1024
+    reuse_max_samples: int = 200_000
+    pair_reservoir: int = 1000
+    num_pairs: int = 20_000
+
+
+def _chunks(requests: Iterable[Request], n: int) -> Iterator[list[Request]]:
+    it = iter(requests)
+    while chunk := list(islice(it, n)):
+        yield chunk
+
+
+def _capacity_grid(total_tokens: int, block: int) -> list[int]:
+    grid = []
+    c = max(block, 256)
+    while c < max(total_tokens, 1) * 2:
+        grid.append(c)
+        c *= 2
+    return grid or [c]
+
+
+class _Columns:
+    def __init__(self) -> None:
+        self.prompt_len: list[int] = []
+        self.output_len: list[float] = []
+        self.arrival: list[float] = []
+        self.end: list[float] = []
+        self.tools: list[bool] = []
+        self.structured: list[str] = []
+        self.chat: list[bool] = []
+        self.lcp: list[int] = []
+        self.lcp_blocks_tokens: list[int] = []
+        self.reported: list[int] = []
+        self.models: dict[str, int] = {}
+
+    def add(self, req: Request, num_tokens: int, lcp: int, block_lcp: int) -> None:
+        nan = float("nan")
+        self.prompt_len.append(num_tokens)
+        self.output_len.append(nan if req.output_len is None else float(req.output_len))
+        self.arrival.append(nan if req.arrival_s is None else req.arrival_s)
+        self.end.append(nan if req.end_s is None else req.end_s)
+        self.tools.append(req.attrs.has_tools)
+        self.structured.append(req.attrs.structured_output.value)
+        self.chat.append(req.attrs.num_messages is not None)
+        self.lcp.append(lcp)
+        self.lcp_blocks_tokens.append(block_lcp)
+        if req.reported_cached_tokens is not None:
+            self.reported.append(req.reported_cached_tokens)
+        if req.model:
+            self.models[req.model] = self.models.get(req.model, 0) + 1
+
+
+def analyze_requests(
+    requests: Iterable[Request],
+    *,
+    trace_path: str,
+    trace_format: str,
+    tokenizer_name: str | None,
+    options: AnalyzeOptions | None = None,
+    num_skipped: Callable[[], int] = lambda: 0,
+    decode: Decode | None = None,
+    progress: Progress | None = None,
+) -> AnalysisResult:
+    """Analyse tokenized requests (token or block-hash prompts) in one streaming pass.
+
+    ``decode`` turns token ids into text for prefix previews (``None``: no text in the
+    result). ``progress`` is called with the number of requests done after each chunk.
+    Raises ``EmptyTraceError`` for no requests and ``InputError`` when a trace mixes
+    token and block-hash prompts or block sizes.
+    """
+    opts = options or AnalyzeOptions()
+    started = time.perf_counter()
+    rng = np.random.default_rng(opts.seed)
+    mode: Granularity | None = None
+    bs = opts.block_size_tokens
+    index: PrefixIndex | None = None
+    reuse: ReuseTracker | None = None
+    sessions = SessionTracker()
+    pairs = PairSampler(rng, reservoir_size=opts.pair_reservoir, num_pairs=opts.num_pairs)
+    groups: GroupTracker | None = None
+    cols = _Columns()
+    done = 0
+    for chunk in _chunks(requests, opts.chunk_requests):
+        if mode is None:
+            first = chunk[0].prompt
+            if isinstance(first, BlockPrompt):
+                mode, bs = Granularity.BLOCK, first.block_size_tokens
+            else:
+                mode = Granularity.TOKEN
+            index = PrefixIndex(bs, keep_tokens=mode is Granularity.TOKEN)
+            reuse = ReuseTracker(bs, max_samples=opts.reuse_max_samples)
+            groups = GroupTracker(bs)
+        assert index is not None and reuse is not None and groups is not None
+        if mode is Granularity.TOKEN:
+            _token_chunk(chunk, bs, index, reuse, sessions, pairs, groups, cols)
+        else:
+            _block_chunk(chunk, bs, index, reuse, sessions, pairs, groups, cols)
+        done += len(chunk)
+        if progress is not None:
+            progress(done)
+    if mode is None or reuse is None or index is None or groups is None:
+        raise EmptyTraceError("the trace has no requests", path=trace_path)
+
+    prompt_len = np.array(cols.prompt_len, dtype=np.float64)
+    lcp = np.array(cols.lcp, dtype=np.float64)
+    total = int(prompt_len.sum())
+    reusable = int(lcp.sum())
+    block_reusable = int(np.sum(cols.lcp_blocks_tokens))
+    per_req = np.divide(lcp, prompt_len, out=np.zeros_like(lcp), where=prompt_len > 0)
+    reported = int(np.sum(cols.reported)) if cols.reported else None
+    overlap = Overlap(
+        granularity=mode,
+        prompt_tokens=total,
+        reusable_tokens=reusable,
+        hit_ratio=reusable / total if total else 0.0,
+        block_size_tokens=bs,
+        block_reusable_tokens=block_reusable,
+        block_hit_ratio=block_reusable / total if total else 0.0,
+        share_requests_with_reuse=float(np.mean(lcp > 0)),
+        per_request_hit=describe(per_req, bins=np.linspace(0, 1, 11)),
+        lcp_tokens=describe(lcp, log_bins=True),
+        lcp_share=describe(per_req, bins=np.linspace(0, 1, 21)),
+        reported_cached_tokens=reported,
+        reported_hit_ratio=(
+            reported / total
+            if reported is not None and total and len(cols.reported) == len(cols.lcp)
+            else None
+        ),
+    )
+    num_groups, top = groups.top(opts.top_groups)
+
+    def preview(hashes: list[int]) -> str | None:
+        ids = index.block_token_ids(hashes) if decode is not None and hashes else None
+        return decode(ids) if decode is not None and ids else None
+
+    shared = [
+        SharedPrefix(
+            rank=i + 1,
+            num_requests=g.num_requests,
+            start_tokens=g.start_tokens,
+            prefix_tokens=g.prefix_tokens,
+            tokens_saved=g.tokens_saved,
+            share_of_reuse=g.share_of_reuse,
+            share_of_prompt_tokens=g.tokens_saved / total if total else 0.0,
+            preview_head=preview(g.head_block_hashes),
+            preview_tail=preview(g.tail_block_hashes),
+            sub_block=g.sub_block,
+        )
+        for i, g in enumerate(top)
+    ]
+    groups_res = Groups(num_groups, shared, sum(g.share_of_reuse for g in shared))
+    shape = shape_of(
+        prompt_len,
+        np.array(cols.output_len, dtype=np.float64),
+        np.array(cols.arrival, dtype=np.float64),
+        np.array(cols.end, dtype=np.float64),
+        np.array(cols.tools, dtype=bool),
+        cols.structured,
+        np.array(cols.chat, dtype=bool),
+    )
+    sess = sessions.finish()
+    unit = 1 if mode is Granularity.TOKEN else bs
+    return AnalysisResult(
+        schema=SCHEMA,
+        trace=TraceInfo(
+            path=trace_path,
+            format=trace_format,
+            num_requests=done,
+            num_skipped=num_skipped(),
+            prompt_form="tokens" if mode is Granularity.TOKEN else "block_hashes",
+            tokenizer=tokenizer_name if mode is Granularity.TOKEN else None,
+            block_size_tokens=bs,
+            models=cols.models,
+        ),
+        overlap=overlap,
+        groups=groups_res,
+        pairwise=pairs.finish(unit, bs),
+        sessions=sess,
+        shape=shape,
+        reuse=reuse.finish(_capacity_grid(total, bs)),
+        verdict=verdict_for(overlap, groups_res, sess, shape),
+        elapsed_s=time.perf_counter() - started,
+    )
+
+
+def _token_chunk(
+    chunk: list[Request],
+    bs: int,
+    index: PrefixIndex,
+    reuse: ReuseTracker,
+    sessions: SessionTracker,
+    pairs: PairSampler,
+    groups: GroupTracker,
+    cols: _Columns,
+) -> None:
+    prompts = []
+    for req in chunk:
+        if not isinstance(req.prompt, TokenPrompt):
+            kind = "block hashes" if isinstance(req.prompt, BlockPrompt) else "untokenized text"
+            if isinstance(req.prompt, ChatPrompt):
+                kind = "untokenized chat"
+            raise InputError(f"a token trace cannot mix in {kind} prompts", line=req.source_line)
+        prompts.append(req.prompt.token_ids)
+    lengths = np.array([p.shape[0] for p in prompts], dtype=np.int64)
+    offsets = np.zeros(len(prompts) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.concatenate(prompts) if prompts else np.empty(0, dtype=np.uint32)
+    hashes, block_offsets = chain_hashes_batch(tokens, offsets, bs, DEFAULT_SEED)
+    for i, req in enumerate(chunk):
+        toks = prompts[i]
+        n = int(lengths[i])
+        keys = hashes[block_offsets[i] : block_offsets[i + 1]]
+        keys_list = keys.tolist()
+        match = index.match_and_insert(keys, n, toks)
+        reuse.add(keys, bs, n, req.arrival_s)
+        sessions.add(req.session_id, toks, n, req.output_token_ids, 1)
+        pairs.add(toks, n)
+        groups.add(keys_list, match.matched_blocks, match.matched_tokens)
+        cols.add(req, n, match.matched_tokens, match.matched_blocks * bs)
+
+
+def _block_chunk(
+    chunk: list[Request],
+    bs: int,
+    index: PrefixIndex,
+    reuse: ReuseTracker,
+    sessions: SessionTracker,
+    pairs: PairSampler,
+    groups: GroupTracker,
+    cols: _Columns,
+) -> None:
+    prompts: list[BlockPrompt] = []
+    for req in chunk:
+        p = req.prompt
+        if not isinstance(p, BlockPrompt):
+            raise InputError(
+                "a hash-only trace cannot mix in token or text prompts", line=req.source_line
+            )
+        if p.block_size_tokens != bs:
+            raise InputError(
+                f"block size changes within the trace ({p.block_size_tokens} vs {bs} tokens)",
+                line=req.source_line,
+            )
+        prompts.append(p)
+    counts = np.array([p.block_hashes.shape[0] for p in prompts], dtype=np.int64)
+    offsets = np.zeros(len(prompts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    ids = (
+        np.concatenate([p.block_hashes for p in prompts])
+        if prompts
+        else np.empty(0, dtype=np.uint64)
+    )
+    starts = offsets[:-1][counts > 0]
+    keys_all = rechain_ids(ids, starts, DEFAULT_SEED)
+    for i, req in enumerate(chunk):
+        p = prompts[i]
+        n = p.num_tokens
+        keys = keys_all[offsets[i] : offsets[i + 1]]
+        match = index.match_and_insert(keys, n)
+        nb = keys.shape[0]
+        last = n - (nb - 1) * bs if nb else 0
+        reuse.add(keys, last, n, req.arrival_s)
+        full = keys if last == bs else keys[:-1]
+        sessions.add(req.session_id, full, n, None, bs)
+        pairs.add(keys, n)
+        block_tokens = min(match.matched_blocks, n // bs) * bs
+        groups.add(keys.tolist(), match.matched_blocks, match.matched_tokens)
+        cols.add(req, n, match.matched_tokens, block_tokens)

@@ -1,0 +1,88 @@
+"""The verdict in the terms teams choose engines by, stated with the numbers behind it.
+
+Thresholds (on the ideal prefix-overlap rate): below 40 % vLLM and SGLang cache about
+equally, so vLLM's general-purpose scheduler is the default; 40-60 % is a grey zone to
+settle with ``kvroute simulate`` and ``bench``; above 60 % SGLang's radix cache pays
+off. Concurrency above ~16 users exhausts llama.cpp's slots.
+"""
+
+from __future__ import annotations
+
+from kvroute.analyze.result import (
+    EQUIVALENT_BELOW,
+    LLAMACPP_MAX_USERS,
+    RADIX_ABOVE,
+    Groups,
+    Overlap,
+    Verdict,
+    VerdictLevel,
+)
+from kvroute.analyze.sessions import SessionsResult
+from kvroute.analyze.shape import ShapeResult
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def verdict_for(
+    overlap: Overlap, groups: Groups, sessions: SessionsResult, shape: ShapeResult
+) -> Verdict:
+    hit = overlap.hit_ratio
+    measured = (
+        f"measured prefix overlap {_pct(hit)} of {overlap.prompt_tokens:,} prompt tokens "
+        f"({overlap.granularity.value} level)"
+    )
+    if hit < EQUIVALENT_BELOW:
+        level = VerdictLevel.EQUIVALENT
+        headline = (
+            f"Engines equivalent on caching: {measured} is below {_pct(EQUIVALENT_BELOW)}; "
+            "vLLM is the sensible default."
+        )
+    elif hit <= RADIX_ABOVE:
+        level = VerdictLevel.GREY_ZONE
+        headline = (
+            f"Grey zone: {measured} is between {_pct(EQUIVALENT_BELOW)} and {_pct(RADIX_ABOVE)}; "
+            "run `kvroute simulate` at your KV capacity and `kvroute bench` before choosing."
+        )
+    else:
+        level = VerdictLevel.RADIX_PAYS
+        headline = (
+            f"Radix caching pays off: {measured} is above {_pct(RADIX_ABOVE)}; "
+            "SGLang's token-level radix cache (or prefix-aware routing) should save real prefill."
+        )
+    reasons: list[str] = []
+    gap = overlap.hit_ratio - overlap.block_hit_ratio
+    if overlap.granularity.value == "token":
+        reasons.append(
+            f"At {overlap.block_size_tokens}-token blocks (vLLM-style) the ideal hit is "
+            f"{_pct(overlap.block_hit_ratio)}, {100 * gap:.1f} points below token level."
+        )
+    if groups.top:
+        g = groups.top[0]
+        reasons.append(
+            f"The largest shared prefix ({g.prefix_tokens:,} tokens, reused by {g.num_requests:,} requests) "
+            f"accounts for {_pct(g.share_of_reuse)} of all reuse; the top {len(groups.top)} for "
+            f"{_pct(groups.top_share_of_reuse)}."
+        )
+    if sessions.num_followup_turns:
+        cont = sessions.continuation_share.mean or 0.0
+        reasons.append(
+            f"{sessions.num_sessions:,} sessions, {sessions.num_followup_turns:,} follow-up turns; on average "
+            f"{_pct(cont)} of a follow-up prompt is the previous turn (multi-turn reuse favours caches that "
+            "keep finished requests)."
+        )
+    reasons.append(
+        f"{_pct(overlap.share_requests_with_reuse)} of requests reuse at least one token of an earlier prefix."
+    )
+    if shape.concurrency is not None and shape.concurrency.p90 > LLAMACPP_MAX_USERS:
+        reasons.append(
+            f"p90 concurrency is {shape.concurrency.p90:.0f} requests, above the ~{LLAMACPP_MAX_USERS} "
+            "where llama.cpp's slots run out."
+        )
+    if overlap.reported_hit_ratio is not None:
+        reasons.append(
+            f"The serving engine reported {_pct(overlap.reported_hit_ratio)} cached prompt tokens "
+            f"against an ideal {_pct(hit)}."
+        )
+    return Verdict(level, headline, reasons)

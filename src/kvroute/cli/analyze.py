@@ -1,0 +1,214 @@
+"""``kvroute analyze`` and ``kvroute sample``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from itertools import chain
+from pathlib import Path
+
+import click
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from kvroute.analyze.run import AnalyzeOptions, analyze_requests
+from kvroute.errors import UsageError
+from kvroute.trace.formats.base import ReadOptions
+from kvroute.trace.io import ReadStats
+from kvroute.trace.readers import detect_format, read_trace, trace_formats
+from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+@click.command("analyze")
+@click.argument("trace", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--format",
+    "format_name",
+    type=click.Choice(trace_formats().names()),
+    help="Force the trace format (default: detected from the first record).",
+)
+@click.option(
+    "--tokenizer",
+    help="A .gguf file or a Hugging Face tokenizer directory (default: the SmolLM2-135M-Instruct GGUF from scripts/install-engines).",
+)
+@click.option(
+    "--block-size",
+    "block_size",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Block granularity for the vLLM-style figures; for hash-only traces, overrides the trace's block size.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the full result as JSON (schema kvroute.analyze/1, see docs/analyze-json.md). '-' for stdout.",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write a self-contained HTML report with charts.",
+)
+@click.option(
+    "--no-text", is_flag=True, help="Keep prompt text out of every output (no prefix previews)."
+)
+@click.option(
+    "--skip-invalid",
+    is_flag=True,
+    help="Count and skip malformed records instead of stopping at the first.",
+)
+@click.option(
+    "--top",
+    "top_groups",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="How many shared-prefix groups to report.",
+)
+@click.option(
+    "--workers", type=click.IntRange(min=1), help="Tokenizer processes (default: all cores)."
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed for the pairwise sample."
+)
+@click.option("-q", "--quiet", is_flag=True, help="No terminal summary or progress bar.")
+def analyze_cmd(
+    trace: Path,
+    format_name: str | None,
+    tokenizer: str | None,
+    block_size: int,
+    json_path: Path | None,
+    html_path: Path | None,
+    no_text: bool,
+    skip_invalid: bool,
+    top_groups: int,
+    workers: int | None,
+    seed: int,
+    quiet: bool,
+) -> None:
+    """Measure how much of TRACE's prompts share a prefix, and how long.
+
+    TRACE is an OpenAI request log (JSONL), ShareGPT conversations (JSON/JSONL), a
+    Mooncake trace or a kvroute capture; ``.gz`` works too. Chat requests are rendered
+    with the model's chat template and tokenized as the engine would see them.
+
+    \b
+    Figures (all defined in README.md):
+      prefix overlap    share of prompt tokens that repeat a prefix seen earlier
+                        (the ideal, infinite-cache hit ratio), token level and at
+                        --block-size blocks
+      LCP               per request, longest common prefix with any earlier request
+      shared prefixes   the prefixes that save the most prefill
+      reuse distance    ideal LRU hit ratio vs KV cache capacity
+    """
+    console = Console(stderr=json_path == Path("-"))
+    fmt_name = format_name or detect_format(trace)
+    stats = ReadStats()
+    requests = read_trace(
+        trace,
+        fmt_name,
+        options=ReadOptions(
+            block_size_tokens=block_size
+            if fmt_name in ("mooncake", "kvroute") and block_size != 16
+            else None
+        ),
+        skip_invalid=skip_invalid,
+        stats=stats,
+    )
+    first = next(requests)
+    hash_only = isinstance(first.prompt, BlockPrompt)
+    tok = None
+    tokenizer_name = None
+
+    stream: Iterator[Request] = chain([first], requests)
+    if not hash_only and not isinstance(first.prompt, TokenPrompt):
+        from kvroute.trace.tokenize import tokenize_requests
+        from kvroute.trace.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(tokenizer)
+        tokenizer_name = tok.name
+        stream = tokenize_requests(stream, tokenizer, workers=workers)
+    size = trace.stat().st_size if trace.suffix != ".gz" else None
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[done]} requests"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task(f"analyzing {trace.name}", total=size, done=0)
+
+        def on_progress(done: int) -> None:
+            progress.update(task, completed=stats.bytes_read if size else None, done=f"{done:,}")
+
+        result = analyze_requests(
+            stream,
+            trace_path=str(trace),
+            trace_format=fmt_name,
+            tokenizer_name=tokenizer_name,
+            options=AnalyzeOptions(block_size_tokens=block_size, top_groups=top_groups, seed=seed),
+            num_skipped=lambda: stats.num_skipped,
+            decode=None if (no_text or tok is None) else tok.decode,
+            progress=on_progress,
+        )
+    if not quiet:
+        from kvroute.report.analyze_console import render_console
+
+        render_console(result, console, show_text=not no_text)
+        if stats.num_skipped:
+            console.print(
+                f"[yellow]skipped {stats.num_skipped:,} invalid records[/], e.g. {stats.first_problems[0]}"
+            )
+    if json_path is not None:
+        data = orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        if json_path == Path("-"):
+            click.echo(data.decode(), nl=False)
+        else:
+            _write_atomic(json_path, data)
+            if not quiet:
+                console.print(f"wrote {json_path}")
+    if html_path is not None:
+        from kvroute.report.analyze_page import write_analysis_page
+
+        write_analysis_page(result, html_path)
+        if not quiet:
+            console.print(f"wrote {html_path}")
+
+
+@click.command("sample")
+@click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("-n", "--num-requests", type=click.IntRange(min=1), default=600, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--rate",
+    "rate_per_s",
+    type=click.FloatRange(min=0.001),
+    default=4.0,
+    show_default=True,
+    help="Mean arrivals per second (Poisson).",
+)
+def sample_cmd(out: Path, num_requests: int, seed: int, rate_per_s: float) -> None:
+    """Write a deterministic sample OpenAI request log to OUT (agent sessions with
+    tools, RAG, one-off questions, code completion), to try analyze without data."""
+    from kvroute.trace.synthetic import sample_log
+
+    if out.exists() and out.is_dir():
+        raise UsageError(f"{out} is a directory", hint="give a file name such as sample.jsonl")
+    data = b"".join(
+        orjson.dumps(r) + b"\n" for r in sample_log(num_requests, seed=seed, rate_per_s=rate_per_s)
+    )
+    _write_atomic(out, data)
+    click.echo(f"wrote {num_requests:,} requests to {out}")

@@ -1,0 +1,144 @@
+"""Terminal summary of an analysis: a verdict panel and a few compact rich tables."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from kvroute.analyze.result import AnalysisResult, VerdictLevel
+from kvroute.report import fmt
+
+_STYLE = {
+    VerdictLevel.EQUIVALENT: "cyan",
+    VerdictLevel.GREY_ZONE: "yellow",
+    VerdictLevel.RADIX_PAYS: "green",
+}
+
+
+def _opt(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return fmt.tokens(value)
+
+
+def _kv(title: str, rows: list[tuple[str, str]]) -> Table:
+    t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    t.add_column(style="dim")
+    t.add_column(justify="right")
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def render_console(result: AnalysisResult, console: Console, *, show_text: bool = True) -> None:
+    """Print the summary of ``result`` to ``console``."""
+    r = result
+    ov = r.overlap
+    tr = r.trace
+    console.print(
+        f"[bold]kvroute analyze[/] {tr.path} · {tr.format} · {fmt.count(tr.num_requests)} requests"
+        + (f" · {fmt.count(tr.num_skipped)} skipped" if tr.num_skipped else "")
+        + f" · {fmt.tokens(ov.prompt_tokens)} prompt tokens"
+        + (f" · tokenizer {tr.tokenizer}" if tr.tokenizer else " · block hashes")
+    )
+    overlap_rows = [
+        (f"prefix overlap ({ov.granularity.value} level)", f"[bold]{fmt.percent(ov.hit_ratio)}[/]"),
+        (f"at {ov.block_size_tokens}-token blocks", fmt.percent(ov.block_hit_ratio)),
+        ("requests reusing a prefix", fmt.percent(ov.share_requests_with_reuse)),
+        (
+            "LCP with earlier, p50 / p90",
+            f"{_opt(ov.lcp_tokens.p50)} / {_opt(ov.lcp_tokens.p90)} tokens",
+        ),
+        (
+            "LCP share of prompt, p50 / p90",
+            f"{fmt.percent(ov.lcp_share.p50 or 0)} / {fmt.percent(ov.lcp_share.p90 or 0)}",
+        ),
+    ]
+    if ov.reported_hit_ratio is not None:
+        overlap_rows.append(("engine-reported cached", fmt.percent(ov.reported_hit_ratio)))
+    pw = r.pairwise
+    if pw.num_pairs:
+        overlap_rows.append(
+            (
+                f"pairwise LCP p50 / p90 ({fmt.count(pw.num_pairs)} pairs)",
+                f"{_opt(pw.lcp_tokens.p50)} / {_opt(pw.lcp_tokens.p90)} tokens",
+            )
+        )
+    sh = r.shape
+    shape_rows = [
+        (
+            "prompt tokens p50 / p90 / max",
+            f"{_opt(sh.prompt_tokens.p50)} / {_opt(sh.prompt_tokens.p90)} / {_opt(sh.prompt_tokens.max)}",
+        ),
+        ("output tokens p50 / p90", f"{_opt(sh.output_tokens.p50)} / {_opt(sh.output_tokens.p90)}"),
+        (
+            "with tools / structured output",
+            f"{fmt.percent(sh.share_with_tools)} / {fmt.percent(sh.share_structured)}",
+        ),
+    ]
+    if sh.mean_rate_per_s is not None and sh.duration_s is not None:
+        shape_rows.append(
+            (
+                "arrival rate (mean)",
+                f"{sh.mean_rate_per_s:.2f} req/s over {fmt.duration(sh.duration_s)}",
+            )
+        )
+    if sh.concurrency is not None:
+        c = sh.concurrency
+        shape_rows.append(("in flight mean / p90 / max", f"{c.mean:.1f} / {c.p90:.0f} / {c.max}"))
+    se = r.sessions
+    if se.num_sessions:
+        shape_rows.append(
+            (
+                "sessions / follow-up turns",
+                f"{fmt.count(se.num_sessions)} / {fmt.count(se.num_followup_turns)}",
+            )
+        )
+        if se.continuation_share.mean is not None:
+            shape_rows.append(
+                ("follow-up prompt from previous turn", fmt.percent(se.continuation_share.mean))
+            )
+    ru = r.reuse
+    cap_rows: list[tuple[str, str]] = []
+    for cap, hit in zip(ru.capacity_tokens, ru.hit_ratio, strict=True):
+        if len(cap_rows) < 8 and (hit > 0 or cap_rows):
+            cap_rows.append((f"{fmt.tokens(cap)} tokens", fmt.percent(hit)))
+    grid = Table.grid(padding=(0, 4))
+    grid.add_row(
+        _kv("Prefix overlap (ideal cache)", overlap_rows),
+        _kv("Traffic shape", shape_rows),
+        _kv(
+            "Ideal LRU hit vs KV capacity"
+            + (
+                "" if ru.sample_rate == 1 else f" (sampled {fmt.percent(ru.sample_rate, digits=2)})"
+            ),
+            cap_rows,
+        ),
+    )
+    console.print(grid)
+    if r.groups.top:
+        t = Table(title="Shared prefixes that save the most prefill", title_justify="left")
+        t.add_column("#", justify="right")
+        t.add_column("requests", justify="right")
+        t.add_column("prefix", justify="right")
+        t.add_column("saved", justify="right")
+        t.add_column("of reuse", justify="right")
+        if show_text:
+            t.add_column("starts with", overflow="ellipsis", no_wrap=True, max_width=60)
+        for g in r.groups.top[:5]:
+            row = [
+                str(g.rank),
+                fmt.count(g.num_requests),
+                fmt.tokens(g.prefix_tokens),
+                fmt.tokens(g.tokens_saved),
+                fmt.percent(g.share_of_reuse),
+            ]
+            if show_text:
+                row.append(" ".join((g.preview_head or "").split())[:120])
+            t.add_row(*row)
+        console.print(t)
+    v = r.verdict
+    body = Group(Text(v.headline, style="bold"), *[Text(f"• {reason}") for reason in v.reasons])
+    console.print(Panel(body, title="Verdict", border_style=_STYLE[v.level], title_align="left"))

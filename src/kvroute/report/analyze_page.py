@@ -1,0 +1,405 @@
+"""The HTML report of ``kvroute analyze``: verdict first, then each measure with its chart."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kvroute.analyze.result import AnalysisResult, VerdictLevel
+from kvroute.analyze.stats import Distribution
+from kvroute.report import fmt
+from kvroute.report.html import (
+    Block,
+    Callout,
+    CalloutKind,
+    Chart,
+    DefinitionList,
+    KeyValues,
+    Page,
+    Paragraph,
+    Section,
+    Table,
+    write_page,
+)
+from kvroute.report.svg import Bars, RefLine, Series, Shape, bar_chart, histogram, line_chart
+
+DEFINITIONS: tuple[tuple[str, str], ...] = (
+    (
+        "Prefix overlap (ideal hit)",
+        "Share of all prompt tokens that belong to a prefix some earlier request in the trace already had. "
+        "It is the hit ratio of an infinite prefix cache that never evicts: an upper bound for every engine.",
+    ),
+    (
+        "Token level / block level",
+        "Token level counts any shared prefix length (SGLang's radix cache with page size 1). Block level counts "
+        "only whole blocks of --block-size tokens (vLLM's paged cache, 16 tokens on GPU).",
+    ),
+    (
+        "LCP",
+        "Longest common prefix, in tokens, of a request with any earlier request (exact, not rounded).",
+    ),
+    (
+        "Pairwise LCP",
+        "LCP of two requests drawn uniformly at random (pairs from a uniform reservoir sample of requests).",
+    ),
+    (
+        "Shared-prefix group",
+        "Requests whose longest reused block-aligned prefix ends at the same block; its saving is the sum of "
+        "their reused tokens.",
+    ),
+    (
+        "Continuation share",
+        "For a follow-up turn of a session: LCP with the previous turn's prompt plus output, over the prompt length.",
+    ),
+    (
+        "Ideal LRU hit vs capacity",
+        "Hit ratio of a least-recently-used block cache of the given size in tokens, from block stack distances "
+        "(spatially sampled on long traces, SHARDS).",
+    ),
+)
+
+_VERDICT_KIND = {
+    VerdictLevel.EQUIVALENT: CalloutKind.INFO,
+    VerdictLevel.GREY_ZONE: CalloutKind.WARN,
+    VerdictLevel.RADIX_PAYS: CalloutKind.GOOD,
+}
+
+
+def _tok(v: float | None) -> str:
+    return "n/a" if v is None else fmt.tokens(v)
+
+
+def _hist(d: Distribution, title: str, x_label: str, *, percent_x: bool = False) -> Block:
+    if not d.count:
+        return Paragraph(f"{title}: no data in this trace.")
+    edges = d.hist_edges
+    if percent_x:
+        labels = [
+            f"{100 * lo:.0f}–{100 * hi:.0f} %" for lo, hi in itertools.pairwise(edges)
+        ]
+        return Chart(
+            bar_chart(
+                labels,
+                [c / d.count for c in d.hist_counts],
+                title=title,
+                x_label=x_label,
+                y_label="share of requests",
+                percent=True,
+            )
+        )
+    return Chart(
+        histogram(
+            edges,
+            [c / d.count for c in d.hist_counts],
+            title=title,
+            x_label=x_label,
+            y_label="share",
+            percent=True,
+        )
+    )
+
+
+def _cdf(d: Distribution, title: str, x_label: str, name: str) -> Block:
+    if not d.count:
+        return Paragraph(f"{title}: no data.")
+    return Chart(
+        line_chart(
+            [Series(name, d.cdf_x, d.cdf_y, shape=Shape.STEP)],
+            title=title,
+            x_label=x_label,
+            y_label="share of requests ≤ x",
+            percent_y=True,
+            y_min=0,
+            y_max=1,
+        )
+    )
+
+
+def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
+    r = result
+    ov, tr, sh, se, ru, pw = r.overlap, r.trace, r.shape, r.sessions, r.reuse, r.pairwise
+    lead: list[Block] = [
+        Callout(_VERDICT_KIND[r.verdict.level], r.verdict.headline, " ".join(r.verdict.reasons)),
+        KeyValues(
+            [
+                ("trace", f"{tr.path} ({tr.format})"),
+                (
+                    "requests",
+                    fmt.count(tr.num_requests)
+                    + (f" ({fmt.count(tr.num_skipped)} invalid skipped)" if tr.num_skipped else ""),
+                ),
+                ("prompt tokens", fmt.count(ov.prompt_tokens)),
+                (
+                    "prompts known as",
+                    tr.prompt_form
+                    + (
+                        f", tokenizer {tr.tokenizer}"
+                        if tr.tokenizer
+                        else f", {tr.block_size_tokens}-token blocks"
+                    ),
+                ),
+                (f"prefix overlap ({ov.granularity.value} level)", fmt.percent(ov.hit_ratio)),
+                (
+                    f"prefix overlap at {ov.block_size_tokens}-token blocks",
+                    fmt.percent(ov.block_hit_ratio),
+                ),
+                ("analysis time", fmt.duration(r.elapsed_s)),
+            ]
+        ),
+    ]
+    bars = [
+        (
+            "ideal, token level" if ov.granularity.value == "token" else "ideal, block level",
+            ov.hit_ratio,
+        )
+    ]
+    if ov.granularity.value == "token":
+        bars.append((f"ideal, {ov.block_size_tokens}-token blocks", ov.block_hit_ratio))
+    if ov.reported_hit_ratio is not None:
+        bars.append(("engine-reported", ov.reported_hit_ratio))
+    overlap_sec = Section(
+        "Prefix overlap",
+        [
+            Paragraph(
+                f"{fmt.percent(ov.hit_ratio)} of prompt tokens repeat a prefix seen earlier; "
+                f"{fmt.percent(ov.share_requests_with_reuse)} of requests reuse something. "
+                f"The median request shares {_tok(ov.lcp_tokens.p50)} tokens "
+                f"({fmt.percent(ov.lcp_share.p50 or 0)} of its prompt) with an earlier one; p90 {_tok(ov.lcp_tokens.p90)}."
+            ),
+            Chart(
+                bar_chart(
+                    [b[0] for b in bars],
+                    [b[1] for b in bars],
+                    title="Prompt tokens served from an ideal cache",
+                    x_label="measure",
+                    y_label="hit ratio",
+                    percent=True,
+                    horizontal=True,
+                )
+            ),
+            _hist(
+                ov.per_request_hit,
+                "Per-request reusable share of the prompt",
+                "reusable share",
+                percent_x=True,
+            ),
+            _cdf(ov.lcp_tokens, "LCP with any earlier request (CDF)", "tokens", "LCP"),
+        ],
+    )
+    rows = [
+        [
+            str(g.rank),
+            fmt.count(g.num_requests),
+            fmt.count(g.prefix_tokens),
+            fmt.tokens(g.tokens_saved),
+            fmt.percent(g.share_of_reuse),
+            " ".join((g.preview_head or "—").split())[:160],
+        ]
+        for g in r.groups.top
+    ]
+    group_blocks: list[Block] = [
+        Paragraph(
+            f"{fmt.count(r.groups.num_groups)} distinct reused prefixes; the top {len(r.groups.top)} hold "
+            f"{fmt.percent(r.groups.top_share_of_reuse)} of all reuse."
+        )
+    ]
+    if rows:
+        group_blocks.append(
+            Table(
+                [
+                    "#",
+                    "requests",
+                    "prefix tokens",
+                    "tokens saved",
+                    "of reuse",
+                    "prefix starts with",
+                ],
+                rows,
+            )
+        )
+        group_blocks.append(
+            Chart(
+                bar_chart(
+                    [f"#{g.rank} ({fmt.tokens(g.prefix_tokens)} tok)" for g in r.groups.top],
+                    [g.share_of_reuse for g in r.groups.top],
+                    title="Share of all reuse by shared prefix",
+                    x_label="prefix",
+                    y_label="share of reuse",
+                    percent=True,
+                    horizontal=True,
+                )
+            )
+        )
+    pair_blocks: list[Block] = [
+        Paragraph(
+            f"{fmt.count(pw.num_pairs)} pairs from a uniform sample of {fmt.count(pw.num_requests_sampled)} requests; "
+            + (
+                f"{fmt.percent(pw.share_pairs_sharing_a_prefix)} share at least one block."
+                if pw.share_pairs_sharing_a_prefix is not None
+                else "too few requests."
+            )
+        ),
+        _hist(pw.lcp_share, "Pairwise LCP over the shorter prompt", "LCP share", percent_x=True),
+    ]
+    sess_blocks: list[Block]
+    if se.num_sessions:
+        sess_blocks = [
+            KeyValues(
+                [
+                    ("sessions", fmt.count(se.num_sessions)),
+                    ("requests with a session id", fmt.count(se.num_requests_with_session)),
+                    (
+                        "turns per session p50 / p90 / max",
+                        f"{_tok(se.turns_per_session.p50)} / {_tok(se.turns_per_session.p90)} / {_tok(se.turns_per_session.max)}",
+                    ),
+                    ("follow-up turns", fmt.count(se.num_followup_turns)),
+                    ("mean continuation share", fmt.percent(se.continuation_share.mean or 0)),
+                    (
+                        "start with the whole previous prompt",
+                        "n/a"
+                        if se.share_extends_previous_prompt is None
+                        else fmt.percent(se.share_extends_previous_prompt),
+                    ),
+                    (
+                        "… plus its output",
+                        "n/a (outputs not logged)"
+                        if se.share_extends_previous_with_output is None
+                        else fmt.percent(se.share_extends_previous_with_output),
+                    ),
+                ]
+            ),
+            _hist(
+                se.continuation_share,
+                "How much of a follow-up prompt is the previous turn",
+                "continuation share",
+                percent_x=True,
+            ),
+            _hist(se.turns_per_session, "Turns per session", "turns"),
+        ]
+    else:
+        sess_blocks = [Paragraph("No session ids in this trace, so turns cannot be linked.")]
+    reuse_blocks: list[Block] = [
+        Paragraph(
+            "How much KV memory catches the reuse: hit ratio of an ideal LRU block cache by capacity. "
+            + (
+                "Exact."
+                if ru.sample_rate == 1
+                else f"Spatially sampled at {fmt.percent(ru.sample_rate, digits=2)} of blocks ({fmt.count(ru.num_sampled_accesses)} accesses)."
+            )
+            + (
+                f" Median distance between reuses: {_tok(ru.distance_tokens_p50)} distinct tokens"
+                if ru.distance_tokens_p50 is not None
+                else ""
+            )
+            + (
+                f", {fmt.duration(ru.reuse_time_s_p50)} of time."
+                if ru.reuse_time_s_p50 is not None
+                else "."
+            )
+        ),
+        Chart(
+            line_chart(
+                [Series("ideal LRU", ru.capacity_tokens, ru.hit_ratio)],
+                title="Ideal LRU hit ratio vs KV cache capacity",
+                x_label="capacity (tokens)",
+                y_label="hit ratio",
+                log_x=True,
+                percent_y=True,
+                y_min=0,
+                hlines=[RefLine(ru.infinite_hit_ratio, "infinite cache")],
+            )
+        ),
+    ]
+    if ru.reuse_time_s_hist_counts:
+        total = max(sum(ru.reuse_time_s_hist_counts), 1)
+        reuse_blocks.append(
+            Chart(
+                histogram(
+                    ru.reuse_time_s_hist_edges,
+                    [c / total for c in ru.reuse_time_s_hist_counts],
+                    title="Time between reuses of a block",
+                    x_label="seconds",
+                    y_label="share of reuses",
+                    percent=True,
+                )
+            )
+        )
+    shape_blocks: list[Block] = [
+        KeyValues(
+            [
+                (
+                    "prompt tokens p50 / p90 / p99 / max",
+                    f"{_tok(sh.prompt_tokens.p50)} / {_tok(sh.prompt_tokens.p90)} / {_tok(sh.prompt_tokens.p99)} / {_tok(sh.prompt_tokens.max)}",
+                ),
+                (
+                    "output tokens p50 / p90",
+                    f"{_tok(sh.output_tokens.p50)} / {_tok(sh.output_tokens.p90)}",
+                ),
+                (
+                    "chat / with tools / structured output",
+                    f"{fmt.percent(sh.share_chat)} / {fmt.percent(sh.share_with_tools)} / {fmt.percent(sh.share_structured)}",
+                ),
+                (
+                    "duration / mean rate",
+                    "n/a"
+                    if sh.duration_s is None or sh.mean_rate_per_s is None
+                    else f"{fmt.duration(sh.duration_s)} / {sh.mean_rate_per_s:.2f} req/s",
+                ),
+                (
+                    "in flight mean / p90 / max",
+                    "n/a (needs end times)"
+                    if sh.concurrency is None
+                    else f"{sh.concurrency.mean:.1f} / {sh.concurrency.p90:.0f} / {sh.concurrency.max}",
+                ),
+            ]
+        ),
+        Chart(
+            bar_chart(
+                [m[0] for m in sh.length_mix],
+                [Bars("share of requests", [m[1] for m in sh.length_mix])],
+                title="Prompt length mix",
+                x_label="class",
+                y_label="share of requests",
+                percent=True,
+            )
+        ),
+        _hist(sh.prompt_tokens, "Prompt length", "tokens"),
+        _hist(sh.output_tokens, "Output length", "tokens"),
+    ]
+    if sh.arrivals is not None:
+        a = sh.arrivals
+        xs = [i * a.bucket_s for i in range(len(a.requests_per_s))]
+        shape_blocks.append(
+            Chart(
+                line_chart(
+                    [Series("arrivals", xs, a.requests_per_s, shape=Shape.STEP)],
+                    title=f"Arrival rate ({fmt.duration(a.bucket_s)} buckets)",
+                    x_label="seconds since first request",
+                    y_label="requests / s",
+                    y_min=0,
+                )
+            )
+        )
+    return Page(
+        title="kvroute analyze: prefix overlap report",
+        subtitle=tr.path,
+        lead=lead,
+        sections=[
+            overlap_sec,
+            Section("Shared prefixes", group_blocks),
+            Section("Requests two by two", pair_blocks),
+            Section("Multi-turn sessions", sess_blocks),
+            Section("KV capacity and reuse distance", reuse_blocks),
+            Section("Traffic shape", shape_blocks),
+            Section("Definitions", [DefinitionList(DEFINITIONS)]),
+        ],
+        generated_at=generated_at,
+    )
+
+
+def write_analysis_page(
+    result: AnalysisResult, path: Path, generated_at: datetime | None = None
+) -> None:
+    """Render and write the report atomically (an existing file is replaced only on success)."""
+    write_page(analysis_page(result, generated_at or datetime.now(UTC)), path)

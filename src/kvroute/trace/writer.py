@@ -1,0 +1,118 @@
+"""Writing kvroute trace JSONL (:mod:`kvroute.trace.formats.native`).
+
+Prompts are stored as chained block hashes only, never as text, so a trace can be
+shared without the prompts it came from. Files are written to a temporary name and
+renamed on close: a reader never sees half a file, and an existing trace is never
+left corrupted by a failed write.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import numpy as np
+import orjson
+
+from kvroute.errors import InputError
+from kvroute.trace.formats.native import HEADER_KEY, SCHEMA_VERSION
+from kvroute.trace.hashing import DEFAULT_SEED, HASH_SCHEME, chain_hashes, extend_chain
+from kvroute.trace.records import BlockPrompt, Request, StructuredOutput, TokenPrompt
+from kvroute.types import BlockHashes, TokenIds
+
+
+def prompt_block_hashes(
+    token_ids: TokenIds, block_size_tokens: int, seed: int = DEFAULT_SEED
+) -> BlockHashes:
+    """Chained hashes of every full block plus the partial last block, if any."""
+    full = chain_hashes(token_ids, block_size_tokens, seed)
+    tail = token_ids[full.shape[0] * block_size_tokens :]
+    if tail.shape[0] == 0:
+        return full
+    parent = int(full[-1]) if full.shape[0] else None
+    return np.append(full, np.uint64(extend_chain(parent, tail, seed)))
+
+
+class TraceWriter:
+    """Writes requests as kvroute trace records; use as a context manager.
+
+    ``append`` accepts requests whose prompt is token ids (hashed here) or block hashes
+    of the writer's block size. The file appears at ``path`` only when the writer is
+    closed without an exception.
+    """
+
+    def __init__(
+        self, path: Path, *, block_size_tokens: int = 16, seed: int = DEFAULT_SEED
+    ) -> None:
+        self.path = path
+        self.block_size_tokens = block_size_tokens
+        self.seed = seed
+        self.num_written = 0
+        self._tmp_name = ""
+        self._file: IO[bytes] | None = None
+
+    def __enter__(self) -> TraceWriter:
+        directory = self.path.parent if str(self.path.parent) else Path(".")
+        fd, self._tmp_name = tempfile.mkstemp(
+            prefix=f".{self.path.name}.", suffix=".part", dir=directory
+        )
+        self._file = os.fdopen(fd, "wb")
+        header = {
+            HEADER_KEY: SCHEMA_VERSION,
+            "block_size": self.block_size_tokens,
+            "hash_scheme": HASH_SCHEME,
+            "seed": self.seed,
+        }
+        self._file.write(orjson.dumps(header) + b"\n")
+        return self
+
+    def append(self, req: Request) -> None:
+        assert self._file is not None, "use TraceWriter as a context manager"
+        prompt = req.prompt
+        if isinstance(prompt, TokenPrompt):
+            hashes = prompt_block_hashes(prompt.token_ids, self.block_size_tokens, self.seed)
+            input_len = prompt.num_tokens
+        elif isinstance(prompt, BlockPrompt):
+            if prompt.block_size_tokens != self.block_size_tokens:
+                raise InputError(
+                    f"request has {prompt.block_size_tokens}-token blocks, the trace {self.block_size_tokens}",
+                    line=req.source_line,
+                )
+            hashes, input_len = prompt.block_hashes, prompt.num_tokens
+        else:
+            raise TypeError("tokenize chat and text prompts before writing a kvroute trace")
+        rec: dict[str, Any] = {"input_len": input_len, "hashes": hashes.tolist()}
+        optional = {
+            "t": req.arrival_s,
+            "end_t": req.end_s,
+            "session": req.session_id,
+            "user": req.user_id,
+            "model": req.model,
+            "output_len": req.output_len,
+            "turn": req.attrs.turn_index,
+            "messages": req.attrs.num_messages,
+            "cached": req.reported_cached_tokens,
+        }
+        rec.update({k: v for k, v in optional.items() if v is not None})
+        if req.attrs.has_tools:
+            rec["tools"] = True
+        if req.attrs.structured_output is not StructuredOutput.NONE:
+            rec["structured"] = req.attrs.structured_output.value
+        self._file.write(orjson.dumps(rec) + b"\n")
+        self.num_written += 1
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._file is not None
+        self._file.close()
+        if exc_type is None:
+            os.replace(self._tmp_name, self.path)
+        else:
+            os.unlink(self._tmp_name)
