@@ -45,7 +45,7 @@ class ReuseResult:
 class ReuseTracker:
     """Collects the sampled block-access stream; ``finish`` computes distances."""
 
-    def __init__(self, block_size_tokens: int, *, max_samples: int = 200_000) -> None:
+    def __init__(self, block_size_tokens: int, *, max_samples: int = 500_000) -> None:
         self.block_size_tokens = block_size_tokens
         self.max_samples = max_samples
         self._threshold = _FULL
@@ -95,7 +95,12 @@ class ReuseTracker:
             self._weights = np.array(self._weights)[keep].tolist()
             self._times = np.array(self._times)[keep].tolist()
 
-    def finish(self, capacity_grid_tokens: list[int]) -> ReuseResult:
+    def finish(
+        self, capacity_grid_tokens: list[int], exact_infinite_hit: float | None = None
+    ) -> ReuseResult:
+        """Distances and the hit-ratio curve. With sampling, the curve's shape comes from
+        the sample and its level from ``exact_infinite_hit`` (the block-level ideal hit,
+        known exactly from the prefix index), which removes most of the sampling error."""
         rate = self._threshold / _FULL
         keys = self._keys
         n = len(keys)
@@ -109,8 +114,11 @@ class ReuseTracker:
         order = np.argsort(dist_tokens)
         cum = np.concatenate([[0.0], np.cumsum(hit_w[order])])
         sorted_d = dist_tokens[order]
+        scale = 1.0 / total
+        if rate < 1.0 and exact_infinite_hit is not None and cum[-1] > 0:
+            scale = exact_infinite_hit / cum[-1]
         hit_ratio = [
-            float(cum[np.searchsorted(sorted_d, c, side="left")] / total)
+            float(cum[np.searchsorted(sorted_d, c, side="left")] * scale)
             for c in capacity_grid_tokens
         ]
         reuse_dt = _reuse_times(keys, times)
@@ -121,7 +129,7 @@ class ReuseTracker:
             num_sampled_accesses=n,
             capacity_tokens=list(capacity_grid_tokens),
             hit_ratio=hit_ratio,
-            infinite_hit_ratio=float(cum[-1] / total),
+            infinite_hit_ratio=float(cum[-1] * scale),
             distance_tokens_p50=_pct(dist_tokens, 50),
             distance_tokens_p90=_pct(dist_tokens, 90),
             reuse_time_s_p50=_pct(finite_dt, 50),

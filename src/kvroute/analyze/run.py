@@ -47,7 +47,7 @@ class AnalyzeOptions:
     top_groups: int = 10
     seed: int = 0
     chunk_requests: int = 1024
-    reuse_max_samples: int = 200_000
+    reuse_max_samples: int = 500_000
     pair_reservoir: int = 1000
     num_pairs: int = 20_000
 
@@ -225,7 +225,7 @@ def analyze_requests(
         pairwise=pairs.finish(unit, bs),
         sessions=sess,
         shape=shape,
-        reuse=reuse.finish(_capacity_grid(total, bs)),
+        reuse=reuse.finish(_capacity_grid(total, bs), overlap.block_hit_ratio),
         verdict=verdict_for(overlap, groups_res, sess, shape),
         elapsed_s=time.perf_counter() - started,
     )

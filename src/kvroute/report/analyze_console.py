@@ -24,7 +24,7 @@ def _opt(value: float | None) -> str:
 
 
 def _kv(title: str, rows: list[tuple[str, str]]) -> Table:
-    t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False)
+    t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False, min_width=44)
     t.add_column(style="dim")
     t.add_column(justify="right")
     for k, v in rows:
@@ -105,33 +105,34 @@ def render_console(result: AnalysisResult, console: Console, *, show_text: bool 
     for cap, hit in zip(ru.capacity_tokens, ru.hit_ratio, strict=True):
         if len(cap_rows) < 8 and (hit > 0 or cap_rows):
             cap_rows.append((f"{fmt.tokens(cap)} tokens", fmt.percent(hit)))
-    grid = Table.grid(padding=(0, 4))
-    grid.add_row(
+    tables = [
         _kv("Prefix overlap (ideal cache)", overlap_rows),
         _kv("Traffic shape", shape_rows),
         _kv(
-            "Ideal LRU hit vs KV capacity"
-            + (
-                "" if ru.sample_rate == 1 else f" (sampled {fmt.percent(ru.sample_rate, digits=2)})"
-            ),
+            "Ideal LRU hit vs KV cache capacity"
+            + ("" if ru.sample_rate == 1 else f" (sampled {fmt.percent(ru.sample_rate, digits=2)})"),
             cap_rows,
         ),
-    )
-    console.print(grid)
+    ]
+    if console.width >= 150:
+        grid = Table.grid(padding=(0, 4))
+        grid.add_row(*tables)
+        console.print(grid)
+    else:
+        for table in tables:
+            console.print(table)
+            console.print()
     if r.groups.top:
         t = Table(title="Shared prefixes that save the most prefill", title_justify="left")
-        t.add_column("#", justify="right")
-        t.add_column("requests", justify="right")
-        t.add_column("prefix", justify="right")
-        t.add_column("saved", justify="right")
-        t.add_column("of reuse", justify="right")
+        for name in ("#", "requests", "tokens", "saved", "of reuse"):
+            t.add_column(name, justify="right", no_wrap=True)
         if show_text:
-            t.add_column("starts with", overflow="ellipsis", no_wrap=True, max_width=60)
+            t.add_column("text", overflow="ellipsis", no_wrap=True, max_width=max(16, console.width - 50))
         for g in r.groups.top[:5]:
             row = [
                 str(g.rank),
                 fmt.count(g.num_requests),
-                fmt.tokens(g.prefix_tokens),
+                f"{fmt.tokens(g.start_tokens)}-{fmt.tokens(g.prefix_tokens)}" if not g.sub_block else "< 1 block",
                 fmt.tokens(g.tokens_saved),
                 fmt.percent(g.share_of_reuse),
             ]

@@ -191,7 +191,7 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
         [
             str(g.rank),
             fmt.count(g.num_requests),
-            fmt.count(g.prefix_tokens),
+            "< 1 block" if g.sub_block else f"{fmt.count(g.start_tokens)}–{fmt.count(g.prefix_tokens)}",
             fmt.tokens(g.tokens_saved),
             fmt.percent(g.share_of_reuse),
             " ".join((g.preview_head or "—").split())[:160],
@@ -200,7 +200,9 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
     ]
     group_blocks: list[Block] = [
         Paragraph(
-            f"{fmt.count(r.groups.num_groups)} distinct reused prefixes; the top {len(r.groups.top)} hold "
+            f"{fmt.count(r.groups.num_groups)} distinct reused segments (a system prompt, a document, a "
+            "session's history: text reused by the same set of requests); "
+            f"the top {len(r.groups.top)} hold "
             f"{fmt.percent(r.groups.top_share_of_reuse)} of all reuse."
         )
     ]
@@ -210,7 +212,7 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
                 [
                     "#",
                     "requests",
-                    "prefix tokens",
+                    "tokens (from–to)",
                     "tokens saved",
                     "of reuse",
                     "prefix starts with",
