@@ -14,8 +14,18 @@ stems = st.lists(st.lists(st.integers(0, 3), max_size=40), min_size=1, max_size=
 
 
 @settings(max_examples=150, deadline=None)
-@given(stems, st.lists(st.tuples(st.integers(0, 2), st.integers(0, 40), st.lists(st.integers(0, 3), max_size=20)), min_size=1, max_size=12), st.integers(1, 8))
-def test_token_lcp_is_exact(stem_list: list[list[int]], specs: list[tuple[int, int, list[int]]], block_size: int) -> None:
+@given(
+    stems,
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 40), st.lists(st.integers(0, 3), max_size=20)),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(1, 8),
+)
+def test_token_lcp_is_exact(
+    stem_list: list[list[int]], specs: list[tuple[int, int, list[int]]], block_size: int
+) -> None:
     prompts = []
     for stem_i, cut, suffix in specs:
         stem = stem_list[stem_i % len(stem_list)]

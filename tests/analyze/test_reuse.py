@@ -51,7 +51,7 @@ def test_hit_curve_matches_an_lru_simulation() -> None:
 
 def test_sampling_keeps_the_curve_close() -> None:
     rng = np.random.default_rng(2)
-    mixed = (rng.integers(0, 1 << 62, size=20_000, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+    mixed = rng.integers(0, 1 << 62, size=20_000, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     stream = mixed[rng.integers(0, 20_000, size=60_000)]  # reuse spread over many blocks
     exact, sampled = ReuseTracker(16), ReuseTracker(16, max_samples=8_000)
     for k in stream:

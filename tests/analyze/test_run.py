@@ -24,7 +24,9 @@ def _tok(xs: np.ndarray | list[int]) -> Request:
 
 def _analyze(reqs: list[Request], chunk_requests: int = 1024) -> AnalysisResult:
     opts = AnalyzeOptions(chunk_requests=chunk_requests)
-    return analyze_requests(reqs, trace_path="t", trace_format="test", tokenizer_name=None, options=opts)
+    return analyze_requests(
+        reqs, trace_path="t", trace_format="test", tokenizer_name=None, options=opts
+    )
 
 
 def test_system_prompt_plus_unique_questions() -> None:
@@ -32,7 +34,15 @@ def test_system_prompt_plus_unique_questions() -> None:
     system = rng.integers(1000, 2000, size=200, dtype=np.uint32)  # 12.5 blocks of 16
     n, q = 50, 40
     reqs = [
-        _tok(np.concatenate([system, np.array([i], dtype=np.uint32), rng.integers(3000, 9000, size=q - 1, dtype=np.uint32)]))
+        _tok(
+            np.concatenate(
+                [
+                    system,
+                    np.array([i], dtype=np.uint32),
+                    rng.integers(3000, 9000, size=q - 1, dtype=np.uint32),
+                ]
+            )
+        )
         for i in range(n)
     ]
     r = _analyze(reqs)
@@ -65,7 +75,9 @@ def test_overlap_equals_bruteforce(prompts: list[list[int]]) -> None:
     # Group savings decompose the total reuse exactly.
     assert sum(g.tokens_saved for g in r.groups.top) <= r.overlap.reusable_tokens
     # An infinite ideal LRU catches exactly the block-level reuse.
-    assert r.reuse.infinite_hit_ratio * r.overlap.prompt_tokens == pytest.approx(r.overlap.block_reusable_tokens)
+    assert r.reuse.infinite_hit_ratio * r.overlap.prompt_tokens == pytest.approx(
+        r.overlap.block_reusable_tokens
+    )
 
 
 def test_token_and_hash_forms_agree(tmp_path: Path) -> None:
@@ -76,7 +88,13 @@ def test_token_and_hash_forms_agree(tmp_path: Path) -> None:
     for i in range(60):
         stem = stems[i % 3][: 16 * int(rng.integers(1, 11))]
         tail = rng.integers(0, 100, size=16 * int(rng.integers(0, 4)), dtype=np.uint32)
-        reqs.append(Request(prompt=TokenPrompt(np.concatenate([stem, tail])), arrival_s=float(i), session_id=f"s{i % 5}"))
+        reqs.append(
+            Request(
+                prompt=TokenPrompt(np.concatenate([stem, tail])),
+                arrival_s=float(i),
+                session_id=f"s{i % 5}",
+            )
+        )
     by_tokens = _analyze(reqs)
     path = tmp_path / "trace.jsonl"
     with TraceWriter(path, block_size_tokens=16) as w:
@@ -94,10 +112,16 @@ def test_token_and_hash_forms_agree(tmp_path: Path) -> None:
 def test_sessions_continuation_with_outputs() -> None:
     base = list(range(100, 140))
     out1 = list(range(500, 520))
-    t1 = Request(prompt=TokenPrompt(np.array(base, dtype=np.uint32)), session_id="a", output_token_ids=np.array(out1, dtype=np.uint32))
+    t1 = Request(
+        prompt=TokenPrompt(np.array(base, dtype=np.uint32)),
+        session_id="a",
+        output_token_ids=np.array(out1, dtype=np.uint32),
+    )
     follow = base + out1 + list(range(900, 920))
     t2 = Request(prompt=TokenPrompt(np.array(follow, dtype=np.uint32)), session_id="a")
-    other = Request(prompt=TokenPrompt(np.array(list(range(2000, 2050)), dtype=np.uint32)), session_id="b")
+    other = Request(
+        prompt=TokenPrompt(np.array(list(range(2000, 2050)), dtype=np.uint32)), session_id="b"
+    )
     r = _analyze([t1, other, t2])
     s = r.sessions
     assert (s.num_sessions, s.num_followup_turns) == (2, 1)
@@ -107,7 +131,11 @@ def test_sessions_continuation_with_outputs() -> None:
 
 def test_concurrency_from_end_times() -> None:
     reqs = [
-        Request(prompt=TokenPrompt(np.array([i], dtype=np.uint32)), arrival_s=float(i), end_s=float(i) + 2.5)
+        Request(
+            prompt=TokenPrompt(np.array([i], dtype=np.uint32)),
+            arrival_s=float(i),
+            end_s=float(i) + 2.5,
+        )
         for i in range(10)
     ]
     c = _analyze(reqs).shape.concurrency
@@ -115,7 +143,10 @@ def test_concurrency_from_end_times() -> None:
 
 
 def test_mixed_forms_rejected_and_empty() -> None:
-    mixed = [_tok([1, 2]), Request(prompt=BlockPrompt(np.array([1], dtype=np.uint64), 16, 10), source_line=7)]
+    mixed = [
+        _tok([1, 2]),
+        Request(prompt=BlockPrompt(np.array([1], dtype=np.uint64), 16, 10), source_line=7),
+    ]
     with pytest.raises(InputError) as err:
         _analyze(mixed)
     assert err.value.line == 7

@@ -66,7 +66,9 @@ def test_seed_separates_namespaces() -> None:
 
 def test_no_collisions_on_many_random_prefixes() -> None:
     rng = np.random.default_rng(7)
-    tokens = rng.integers(0, 4, size=200_000, dtype=np.uint32)  # tiny alphabet, many near-duplicates
+    tokens = rng.integers(
+        0, 4, size=200_000, dtype=np.uint32
+    )  # tiny alphabet, many near-duplicates
     hashes = chain_hashes(tokens, 1)
     assert np.unique(hashes).shape[0] == hashes.shape[0]
 

@@ -42,7 +42,10 @@ def test_openai_bare_and_wrapped(tmp_path: Path) -> None:
                 },
                 "response": {
                     "choices": [{"message": {"content": "done"}}],
-                    "usage": {"completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 5}},
+                    "usage": {
+                        "completion_tokens": 7,
+                        "prompt_tokens_details": {"cached_tokens": 5},
+                    },
                 },
                 "latency_s": 1.5,
             },
@@ -55,8 +58,14 @@ def test_openai_bare_and_wrapped(tmp_path: Path) -> None:
     assert wrapped.session_id == "s1" and wrapped.user_id == "u9"
     assert wrapped.arrival_s == pytest.approx(1767323045.0)
     assert wrapped.end_s == pytest.approx(1767323046.5)
-    assert (wrapped.output_len, wrapped.reported_cached_tokens, wrapped.output_text) == (7, 5, "done")
-    assert wrapped.attrs.has_tools and wrapped.attrs.structured_output is StructuredOutput.JSON_SCHEMA
+    assert (wrapped.output_len, wrapped.reported_cached_tokens, wrapped.output_text) == (
+        7,
+        5,
+        "done",
+    )
+    assert (
+        wrapped.attrs.has_tools and wrapped.attrs.structured_output is StructuredOutput.JSON_SCHEMA
+    )
     assert (wrapped.attrs.turn_index, wrapped.attrs.num_messages) == (1, 4)
     assert isinstance(completion.prompt, TextPrompt)
     assert completion.attrs.structured_output is StructuredOutput.REGEX
@@ -86,7 +95,10 @@ def test_sharegpt_array_turns_become_requests(tmp_path: Path) -> None:
 
 
 def test_sharegpt_jsonl_with_openai_roles(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "sg.jsonl", [{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}])
+    path = write_jsonl(
+        tmp_path / "sg.jsonl",
+        [{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}],
+    )
     assert detect_format(path) == "sharegpt"
     (req,) = read_trace(path)
     assert req.output_text == "y"
@@ -115,7 +127,14 @@ def test_kvroute_trace_header_sets_block_size(tmp_path: Path) -> None:
         tmp_path / "kv.jsonl",
         [
             {"kvroute_trace": 1, "block_size": 4},
-            {"t": 1.0, "input_len": 6, "hashes": [11, 12], "session": "s", "structured": "json_object", "tools": True},
+            {
+                "t": 1.0,
+                "input_len": 6,
+                "hashes": [11, 12],
+                "session": "s",
+                "structured": "json_object",
+                "tools": True,
+            },
         ],
     )
     assert detect_format(path) == "kvroute"
@@ -127,7 +146,10 @@ def test_kvroute_trace_header_sets_block_size(tmp_path: Path) -> None:
 def test_gzip_is_read_transparently(tmp_path: Path) -> None:
     path = tmp_path / "mc.jsonl.gz"
     with gzip.open(path, "wt") as f:
-        f.write(json.dumps({"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [9]}) + "\n")
+        f.write(
+            json.dumps({"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [9]})
+            + "\n"
+        )
     (req,) = read_trace(path)
     assert isinstance(req.prompt, BlockPrompt) and req.prompt.block_hashes.tolist() == [9]
 
@@ -160,7 +182,9 @@ def test_malformed_line_names_file_line_and_field(tmp_path: Path) -> None:
 
 def test_invalid_json_line_and_skip_invalid(tmp_path: Path) -> None:
     path = tmp_path / "log.jsonl"
-    path.write_text('{"model": "m", "prompt": "a"}\n{broken\n{"model": "m", "prompt": 5}\n{"model": "m", "prompt": "b"}\n')
+    path.write_text(
+        '{"model": "m", "prompt": "a"}\n{broken\n{"model": "m", "prompt": 5}\n{"model": "m", "prompt": "b"}\n'
+    )
     with pytest.raises(InputError) as err:
         list(read_trace(path))
     assert err.value.line == 2 and "invalid JSON" in str(err.value)
@@ -186,7 +210,9 @@ def test_empty_and_unknown_and_missing(tmp_path: Path) -> None:
 
 
 def test_all_invalid_is_empty_with_count(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "mc.jsonl", [{"timestamp": 0, "input_length": 99999, "hash_ids": [1]}])
+    path = write_jsonl(
+        tmp_path / "mc.jsonl", [{"timestamp": 0, "input_length": 99999, "hash_ids": [1]}]
+    )
     with pytest.raises(EmptyTraceError, match="1 invalid records skipped"):
         list(read_trace(path, skip_invalid=True))
 
@@ -200,7 +226,9 @@ def test_non_utf8_line_is_an_input_error(tmp_path: Path) -> None:
 
 
 def test_hash_ids_must_be_integers(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "mc.jsonl", [{"timestamp": 0, "input_length": 5, "hash_ids": ["a"]}])
+    path = write_jsonl(
+        tmp_path / "mc.jsonl", [{"timestamp": 0, "input_length": 5, "hash_ids": ["a"]}]
+    )
     with pytest.raises(InputError) as err:
         list(read_trace(path))
     assert err.value.field == "hash_ids"

@@ -19,6 +19,9 @@ import heapq
 from array import array
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 
 @dataclass(frozen=True, slots=True)
 class PrefixGroup:
@@ -38,60 +41,94 @@ class PrefixGroup:
 
 
 class GroupTracker:
-    """Counts reuse per block node; ``top`` turns counts into segments."""
+    """Counts reuse per block node; ``top`` turns counts into segments.
 
-    def __init__(self, block_size_tokens: int) -> None:
+    ``add`` only queues a request's matched blocks; they are folded into the per-node
+    counts a chunk at a time (one dictionary operation per distinct block per chunk,
+    not per request), which keeps hot shared prefixes cheap.
+    """
+
+    def __init__(self, block_size_tokens: int, *, flush_every: int = 1024) -> None:
         self.block_size_tokens = block_size_tokens
+        self.flush_every = flush_every
         self._index: dict[int, int] = {}
         self._key: list[int] = []
-        self._parent = array("q")
+        self._parent_key: list[int] = []
+        self._depth = array("q")
         self._count = array("q")
         self._extra = array("q")
         self._root_extra = 0
         self._root_extra_requests = 0
         self._total_saved = 0
+        self._pending: list[npt.NDArray[np.uint64]] = []
+        self._pending_extra: list[tuple[int, int]] = []
 
-    def add(self, block_hashes: list[int], matched_blocks: int, tokens_saved: int) -> None:
+    def add(
+        self, block_hashes: npt.NDArray[np.uint64], matched_blocks: int, tokens_saved: int
+    ) -> None:
         """Record one request that reused its first ``matched_blocks`` blocks and
         ``tokens_saved`` tokens in all (whole blocks plus any token-level extension)."""
         self._total_saved += tokens_saved
-        index = self._index
-        parent = -1
-        for key in block_hashes[:matched_blocks]:
-            i = index.get(key)
-            if i is None:
-                i = len(self._key)
-                index[key] = i
-                self._key.append(key)
-                self._parent.append(parent)
-                self._count.append(1)
-                self._extra.append(0)
-            else:
-                self._count[i] += 1
-            parent = i
         extra = tokens_saved - matched_blocks * self.block_size_tokens
-        if parent >= 0:
-            self._extra[parent] += extra
+        if matched_blocks:
+            self._pending.append(block_hashes[:matched_blocks])
+            if extra:
+                self._pending_extra.append((int(block_hashes[matched_blocks - 1]), extra))
+            if len(self._pending) >= self.flush_every:
+                self._flush()
         elif extra > 0:
             self._root_extra += extra
             self._root_extra_requests += 1
 
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        lengths = np.array([a.shape[0] for a in self._pending], dtype=np.int64)
+        keys = np.concatenate(self._pending)
+        starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+        depth = np.arange(keys.shape[0], dtype=np.int64) - starts
+        parents = np.concatenate([[np.uint64(0)], keys[:-1]])
+        self._pending.clear()
+        uniq, first, counts = np.unique(keys, return_index=True, return_counts=True)
+        index, count = self._index, self._count
+        for key, f, c in zip(uniq.tolist(), first.tolist(), counts.tolist(), strict=True):
+            i = index.get(key)
+            if i is None:
+                index[key] = len(self._key)
+                self._key.append(key)
+                self._parent_key.append(int(parents[f]))
+                self._depth.append(int(depth[f]))
+                count.append(c)
+                self._extra.append(0)
+            else:
+                count[i] += c
+        for key, extra in self._pending_extra:
+            self._extra[index[key]] += extra
+        self._pending_extra.clear()
+
     def top(self, n: int) -> tuple[int, list[PrefixGroup]]:
         """The number of groups and the ``n`` that saved the most tokens."""
+        self._flush()
         bs = self.block_size_tokens
-        count, parent, extra = self._count, self._parent, self._extra
+        count, extra, depth_of = self._count, self._extra, self._depth
         num = len(count)
+        # Parents before children: visit nodes by depth.
+        order = (
+            np.argsort(np.frombuffer(depth_of, dtype=np.int64), kind="stable").tolist()
+            if num
+            else []
+        )
+        parent = array("q", [-1]) * num
         root = array("q", bytes(8 * num))
-        depth = array("q", bytes(8 * num))
         saved: dict[int, int] = {}
         last: dict[int, int] = {}
-        for i in range(num):
-            p = parent[i]
-            depth[i] = depth[p] + 1 if p >= 0 else 0
+        for i in order:
+            p = self._index[self._parent_key[i]] if depth_of[i] > 0 else -1
+            parent[i] = p
             r = root[p] if p >= 0 and count[p] == count[i] else i
             root[i] = r
             saved[r] = saved.get(r, 0) + count[i] * bs + extra[i]
-            if depth[i] >= depth[last.get(r, r)]:
+            if depth_of[i] >= depth_of[last.get(r, r)]:
                 last[r] = i
         total = max(self._total_saved, 1)
         groups: list[PrefixGroup] = []
@@ -106,8 +143,8 @@ class GroupTracker:
             groups.append(
                 PrefixGroup(
                     num_requests=count[r],
-                    start_tokens=depth[r] * bs,
-                    prefix_tokens=(depth[end] + 1) * bs,
+                    start_tokens=depth_of[r] * bs,
+                    prefix_tokens=(depth_of[end] + 1) * bs,
                     tokens_saved=s,
                     share_of_reuse=s / total,
                     head_block_hashes=chain[:4],

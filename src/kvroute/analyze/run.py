@@ -47,9 +47,9 @@ class AnalyzeOptions:
     top_groups: int = 10
     seed: int = 0
     chunk_requests: int = 1024
-    reuse_max_samples: int = 500_000
+    reuse_max_samples: int = 1_000_000
     pair_reservoir: int = 1000
-    num_pairs: int = 20_000
+    num_pairs: int = 5_000
 
 
 def _chunks(requests: Iterable[Request], n: int) -> Iterator[list[Request]]:
@@ -258,12 +258,11 @@ def _token_chunk(
         toks = prompts[i]
         n = int(lengths[i])
         keys = hashes[block_offsets[i] : block_offsets[i + 1]]
-        keys_list = keys.tolist()
         match = index.match_and_insert(keys, n, toks)
         reuse.add(keys, bs, n, req.arrival_s)
         sessions.add(req.session_id, toks, n, req.output_token_ids, 1)
         pairs.add(toks, n)
-        groups.add(keys_list, match.matched_blocks, match.matched_tokens)
+        groups.add(keys, match.matched_blocks, match.matched_tokens)
         cols.add(req, n, match.matched_tokens, match.matched_blocks * bs)
 
 
@@ -312,5 +311,5 @@ def _block_chunk(
         sessions.add(req.session_id, full, n, None, bs)
         pairs.add(keys, n)
         block_tokens = min(match.matched_blocks, n // bs) * bs
-        groups.add(keys.tolist(), match.matched_blocks, match.matched_tokens)
+        groups.add(keys, match.matched_blocks, match.matched_tokens)
         cols.add(req, n, match.matched_tokens, block_tokens)

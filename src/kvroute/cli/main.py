@@ -6,12 +6,22 @@ input, 4 tokenizer problem, 5 engine problem, 130 interrupted.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
 
 from kvroute import __version__
 from kvroute.errors import KvrouteError
+
+HELP = """kvroute: measure how your LLM traffic shares prefixes, predict what llama.cpp,
+vLLM and SGLang would cache, benchmark them, and route between them.
+
+\b
+Start with:   kvroute analyze your-log.jsonl --html report.html
+No data yet:  kvroute sample sample.jsonl && kvroute analyze sample.jsonl
+Engines:      kvroute engines up --engine llamacpp
+"""
 
 
 class _Main(click.Group):
@@ -30,37 +40,37 @@ class _Main(click.Group):
             ctx.exit(130)
         except BrokenPipeError:
             ctx.exit(0)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:
+            if os.environ.get("KVROUTE_DEBUG"):
+                raise
+            click.secho(f"internal error: {type(exc).__name__}: {exc}", fg="red", err=True)
+            click.echo(
+                "hint: this is a kvroute bug; rerun with KVROUTE_DEBUG=1 for the traceback and report it",
+                err=True,
+            )
+            ctx.exit(1)
 
 
-@click.group(
-    cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
-)
-@click.version_option(__version__, prog_name="kvroute")
-def cli() -> None:
-    """kvroute: measure how your LLM traffic shares prefixes, predict what llama.cpp,
-    vLLM and SGLang would cache, benchmark them, and route between them.
-
-    \b
-    Start with:   kvroute analyze your-log.jsonl --html report.html
-    No data yet:  kvroute sample sample.jsonl && kvroute analyze sample.jsonl
-    """
-
-
-def _register() -> None:
+def build_cli() -> click.Group:
+    """The ``kvroute`` command group with every subcommand registered."""
     from kvroute.cli.analyze import analyze_cmd, sample_cmd
+    from kvroute.cli.engines import engines_group
 
-    cli.add_command(analyze_cmd)
-    cli.add_command(sample_cmd)
-    try:
-        from kvroute.cli.engines import engines_group
-    except ImportError:  # pragma: no cover - engines command not built in this checkout
-        return
-    cli.add_command(engines_group)
+    group = _Main(
+        "kvroute",
+        help=HELP,
+        context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    )
+    click.version_option(__version__, prog_name="kvroute")(group)
+    for cmd in (analyze_cmd, sample_cmd, engines_group):
+        group.add_command(cmd)
+    return group
 
 
 def main() -> None:
-    _register()
-    cli(prog_name="kvroute")
+    build_cli()(prog_name="kvroute")
 
 
 if __name__ == "__main__":  # pragma: no cover

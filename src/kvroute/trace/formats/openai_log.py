@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from kvroute.trace.formats.base import (
     Container,
     ReadOptions,
@@ -30,7 +32,14 @@ from kvroute.trace.formats.base import (
     opt_time_s,
     require_dict,
 )
-from kvroute.trace.records import ChatPrompt, Request, RequestAttrs, StructuredOutput, TextPrompt
+from kvroute.trace.records import (
+    ChatPrompt,
+    Request,
+    RequestAttrs,
+    StructuredOutput,
+    TextPrompt,
+    TokenPrompt,
+)
 
 _BODY_KEYS = ("request", "body")
 _STRUCTURED_FIELDS = {
@@ -87,6 +96,21 @@ def _output_text(response: dict[str, Any]) -> str | None:
     return text if isinstance(text, str) else None
 
 
+def _completion_prompt(value: Any, field: str) -> TextPrompt | TokenPrompt:
+    """A completions ``prompt``: a string, or token ids (the API accepts both)."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
+        value = value[0]  # a batch of one
+    if isinstance(value, str):
+        return TextPrompt(value)
+    if isinstance(value, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**32 for t in value
+    ):
+        return TokenPrompt(np.array(value, dtype=np.uint32))
+    raise RecordError(
+        "expected a string or a list of token ids (batched prompts are not supported)", field
+    )
+
+
 class OpenAILogFormat:
     name = "openai"
     description = "OpenAI chat/completions request bodies, JSONL, optionally wrapped with time, session and response"
@@ -109,20 +133,12 @@ class OpenAILogFormat:
             tools = body.get("tools") or body.get("functions")
             if tools is not None and not isinstance(tools, list):
                 raise RecordError("expected a list", f"{prefix}tools")
-            prompt: ChatPrompt | TextPrompt = ChatPrompt(msgs, tools or None)
+            prompt: ChatPrompt | TextPrompt | TokenPrompt = ChatPrompt(msgs, tools or None)
             turn_index = sum(1 for m in msgs if m.get("role") == "assistant")
             num_messages: int | None = len(msgs)
             has_tools = bool(tools) or any(m.get("role") == "tool" for m in msgs)
         elif "prompt" in body:
-            text = body["prompt"]
-            if isinstance(text, list) and len(text) == 1 and isinstance(text[0], str):
-                text = text[0]
-            if not isinstance(text, str):
-                raise RecordError(
-                    "expected a string (token-id and batched prompts are not supported)",
-                    f"{prefix}prompt",
-                )
-            prompt = TextPrompt(text)
+            prompt = _completion_prompt(body["prompt"], f"{prefix}prompt")
             turn_index, num_messages, has_tools = None, None, False
         else:
             raise RecordError("neither 'messages' nor 'prompt' present", f"{prefix}messages")
