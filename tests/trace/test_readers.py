@@ -113,7 +113,7 @@ def test_mooncake_and_block_size_override(tmp_path: Path) -> None:
         ],
     )
     assert detect_format(path) == "mooncake"
-    a, b = read_trace(path)
+    _, b = read_trace(path)
     assert isinstance(b.prompt, BlockPrompt)
     assert (b.arrival_s, b.prompt.block_size_tokens, b.prompt.num_tokens) == (1.5, 512, 600)
     with pytest.raises(InputError) as err:
