@@ -303,3 +303,15 @@ def test_series_is_immutable_and_takes_any_sequence() -> None:
     series = Series("s", xs, range(2))
     xs.append(3.0)
     assert series.xs == (1.0, 2.0) and series.ys == (0.0, 1.0)
+
+
+def test_dense_series_stay_small() -> None:
+    n = 100_000
+    svg = line_chart(
+        [Series("cdf", range(n), [(i + 1) / n for i in range(n)], shape=Shape.STEP)],
+        title="t",
+        x_label="x",
+        y_label="y",
+    )
+    parse(svg)
+    assert len(svg) < 150_000
