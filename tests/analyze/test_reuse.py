@@ -40,8 +40,7 @@ def test_hit_curve_matches_an_lru_simulation() -> None:
     rng = np.random.default_rng(1)
     keys = (rng.zipf(1.3, size=3000) % 400).astype(np.uint64)
     tracker = ReuseTracker(1)
-    for k in keys:
-        tracker.add(np.array([k], dtype=np.uint64), 1, 1, None)
+    tracker.add_chunk(keys, np.ones(len(keys)), np.full(len(keys), np.nan), len(keys))
     caps = [1, 4, 16, 64, 256]
     result = tracker.finish(caps)
     assert result.sample_rate == 1.0
@@ -54,10 +53,10 @@ def test_sampling_keeps_the_curve_close() -> None:
     mixed = rng.integers(0, 1 << 62, size=20_000, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
     stream = mixed[rng.integers(0, 20_000, size=60_000)]  # reuse spread over many blocks
     exact, sampled = ReuseTracker(16), ReuseTracker(16, max_samples=8_000)
-    for k in stream:
-        arr = np.array([k], dtype=np.uint64)
-        exact.add(arr, 16, 16, None)
-        sampled.add(arr, 16, 16, None)
+    for chunk in np.array_split(stream, 30):  # several chunks, so the sample rate adapts
+        ones, nan = np.full(len(chunk), 16.0), np.full(len(chunk), np.nan)
+        exact.add_chunk(chunk, ones, nan, 16 * len(chunk))
+        sampled.add_chunk(chunk, ones, nan, 16 * len(chunk))
     caps = [1_024, 16_384, 131_072]
     e = exact.finish(caps)
     s = sampled.finish(caps, e.infinite_hit_ratio)

@@ -7,6 +7,7 @@ drawn uniformly from the reservoir; sizes are reported with the result.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,23 +30,35 @@ class PairwiseResult:
 class PairSampler:
     """Reservoir of request prompts; ``rng`` makes it deterministic for a seed."""
 
-    def __init__(
-        self, rng: np.random.Generator, *, reservoir_size: int = 1000, num_pairs: int = 20_000
-    ) -> None:
+    def __init__(self, rng: np.random.Generator, *, reservoir_size: int = 1000, num_pairs: int = 5_000) -> None:
         self.rng = rng
         self.reservoir_size = reservoir_size
         self.num_pairs = num_pairs
         self._items: list[tuple[TokenIds | BlockHashes, int]] = []
         self._seen = 0
+        # Reservoir sampling with geometric skips (Li's algorithm L): random numbers are
+        # drawn only when an item is taken, not for every request.
+        self._w = 1.0
+        self._next = reservoir_size
 
     def add(self, units: TokenIds | BlockHashes, num_tokens: int) -> None:
+        i = self._seen
         self._seen += 1
-        if len(self._items) < self.reservoir_size:
+        k = self.reservoir_size
+        if i < k:
             self._items.append((units, num_tokens))
+            if i == k - 1:
+                self._advance()
             return
-        j = int(self.rng.integers(0, self._seen))
-        if j < self.reservoir_size:
-            self._items[j] = (units, num_tokens)
+        if i == self._next:
+            self._items[int(self.rng.integers(0, k))] = (units, num_tokens)
+            self._advance()
+
+    def _advance(self) -> None:
+        k = self.reservoir_size
+        self._w *= math.exp(math.log(self.rng.random()) / k)
+        skip = math.floor(math.log(self.rng.random()) / math.log1p(-self._w)) if self._w < 1.0 else 0
+        self._next += skip + 1
 
     def finish(self, unit_tokens: int, block_size_tokens: int) -> PairwiseResult:
         k = len(self._items)

@@ -49,51 +49,48 @@ class ReuseTracker:
         self.block_size_tokens = block_size_tokens
         self.max_samples = max_samples
         self._threshold = _FULL
-        self._keys: list[int] = []
-        self._weights: list[int] = []
-        self._times: list[float] = []
+        self._keys: list[npt.NDArray[np.uint64]] = []
+        self._weights: list[npt.NDArray[np.float64]] = []
+        self._times: list[npt.NDArray[np.float64]] = []
+        self._num_kept = 0
         self._total_tokens = 0
 
-    def add(
+    def add_chunk(
         self,
         block_hashes: BlockHashes,
-        last_block_tokens: int,
+        block_tokens: npt.NDArray[np.float64],
+        arrival_s: npt.NDArray[np.float64],
         prompt_tokens: int,
-        arrival_s: float | None,
     ) -> None:
-        """Record one request's prompt blocks; the last holds ``last_block_tokens`` tokens
-        (the block size unless partial). ``prompt_tokens`` counts the whole prompt,
-        including a partial tail that has no block of its own."""
+        """Record the prompt blocks of a chunk of requests, in order.
+
+        Per block: its hash, how many tokens it holds (the block size unless it is a
+        partial last block) and its request's arrival time (NaN when unknown).
+        ``prompt_tokens`` counts the chunk's whole prompts, partial tails included.
+        """
         self._total_tokens += prompt_tokens
-        n = block_hashes.shape[0]
-        if n == 0:
+        if self._threshold != _FULL:
+            keep = (block_hashes >> np.uint64(40)) < np.uint64(self._threshold)
+            block_hashes, block_tokens, arrival_s = block_hashes[keep], block_tokens[keep], arrival_s[keep]
+        if block_hashes.shape[0] == 0:
             return
-        if self._threshold == _FULL:
-            picked = np.arange(n)
-        else:
-            picked = np.nonzero((block_hashes >> np.uint64(40)) < np.uint64(self._threshold))[0]
-            if picked.size == 0:
-                return
-        bs = self.block_size_tokens
-        t = float("nan") if arrival_s is None else arrival_s
-        keys = block_hashes[picked].tolist()
-        self._keys.extend(keys)
-        self._times.extend([t] * len(keys))
-        w = [bs] * len(keys)
-        if int(picked[-1]) == n - 1:
-            w[-1] = last_block_tokens
-        self._weights.extend(w)
-        if len(self._keys) > self.max_samples:
+        self._keys.append(block_hashes)
+        self._weights.append(block_tokens)
+        self._times.append(arrival_s)
+        self._num_kept += block_hashes.shape[0]
+        if self._num_kept > self.max_samples:
             self._downsample()
 
     def _downsample(self) -> None:
-        while len(self._keys) > self.max_samples and self._threshold > 1:
+        keys = np.concatenate(self._keys)
+        weights = np.concatenate(self._weights)
+        times = np.concatenate(self._times)
+        while keys.shape[0] > self.max_samples and self._threshold > 1:
             self._threshold //= 2
-            keys = np.array(self._keys, dtype=np.uint64)
-            keep = np.nonzero((keys >> np.uint64(40)) < np.uint64(self._threshold))[0]
-            self._keys = keys[keep].tolist()
-            self._weights = np.array(self._weights)[keep].tolist()
-            self._times = np.array(self._times)[keep].tolist()
+            keep = (keys >> np.uint64(40)) < np.uint64(self._threshold)
+            keys, weights, times = keys[keep], weights[keep], times[keep]
+        self._keys, self._weights, self._times = [keys], [weights], [times]
+        self._num_kept = keys.shape[0]
 
     def finish(
         self, capacity_grid_tokens: list[int], exact_infinite_hit: float | None = None
@@ -102,12 +99,12 @@ class ReuseTracker:
         the sample and its level from ``exact_infinite_hit`` (the block-level ideal hit,
         known exactly from the prefix index), which removes most of the sampling error."""
         rate = self._threshold / _FULL
-        keys = self._keys
-        n = len(keys)
-        prev = _previous_access(keys)
+        keys_arr = np.concatenate(self._keys) if self._keys else np.empty(0, dtype=np.uint64)
+        weights = np.concatenate(self._weights) if self._weights else np.empty(0)
+        times = np.concatenate(self._times) if self._times else np.empty(0)
+        n = keys_arr.shape[0]
+        prev = _previous_access(keys_arr)
         dist = _stack_distances(prev)  # -1: first access
-        weights = np.array(self._weights, dtype=np.float64)
-        times = np.array(self._times, dtype=np.float64)
         reuse = dist >= 0
         dist_tokens = dist[reuse].astype(np.float64) / rate * self.block_size_tokens
         total = max(self._total_tokens, 1)
@@ -155,10 +152,9 @@ def _log_hist(values: npt.NDArray[np.float64]) -> tuple[list[float], list[int]]:
     return [float(e) for e in edges], [int(c) for c in counts]
 
 
-def _previous_access(keys: list[int]) -> npt.NDArray[np.int64]:
+def _previous_access(arr: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
     """Per access, the position of the previous access to the same key (-1 if none)."""
-    n = len(keys)
-    arr = np.array(keys, dtype=np.uint64)
+    n = arr.shape[0]
     order = np.argsort(arr, kind="stable")  # by key, then by position
     prev = np.full(n, -1, dtype=np.int64)
     if n > 1:
@@ -176,7 +172,7 @@ def _reuse_times(
 
 def stack_distances(keys: list[int]) -> npt.NDArray[np.int64]:
     """Per access, distinct keys touched since the key's previous access (-1 if none)."""
-    return _stack_distances(_previous_access(keys))
+    return _stack_distances(_previous_access(np.array(keys, dtype=np.uint64)))
 
 
 def _stack_distances(prev: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:

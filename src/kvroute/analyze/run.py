@@ -68,6 +68,8 @@ def _capacity_grid(total_tokens: int, block: int) -> list[int]:
 
 
 class _Columns:
+    """Per-request columns, appended a chunk at a time (NaN where unknown)."""
+
     def __init__(self) -> None:
         self.prompt_len: list[int] = []
         self.output_len: list[float] = []
@@ -81,21 +83,24 @@ class _Columns:
         self.reported: list[int] = []
         self.models: dict[str, int] = {}
 
-    def add(self, req: Request, num_tokens: int, lcp: int, block_lcp: int) -> None:
+    def add_chunk(self, chunk: list[Request], num_tokens: list[int], lcp: list[int], block_lcp: list[int]) -> list[float]:
+        """Append a chunk; returns its arrival times for reuse."""
         nan = float("nan")
-        self.prompt_len.append(num_tokens)
-        self.output_len.append(nan if req.output_len is None else float(req.output_len))
-        self.arrival.append(nan if req.arrival_s is None else req.arrival_s)
-        self.end.append(nan if req.end_s is None else req.end_s)
-        self.tools.append(req.attrs.has_tools)
-        self.structured.append(req.attrs.structured_output.value)
-        self.chat.append(req.attrs.num_messages is not None)
-        self.lcp.append(lcp)
-        self.lcp_blocks_tokens.append(block_lcp)
-        if req.reported_cached_tokens is not None:
-            self.reported.append(req.reported_cached_tokens)
-        if req.model:
-            self.models[req.model] = self.models.get(req.model, 0) + 1
+        arrivals = [nan if r.arrival_s is None else r.arrival_s for r in chunk]
+        self.prompt_len += num_tokens
+        self.lcp += lcp
+        self.lcp_blocks_tokens += block_lcp
+        self.arrival += arrivals
+        self.output_len += [nan if r.output_len is None else float(r.output_len) for r in chunk]
+        self.end += [nan if r.end_s is None else r.end_s for r in chunk]
+        self.tools += [r.attrs.has_tools for r in chunk]
+        self.structured += [r.attrs.structured_output.value for r in chunk]
+        self.chat += [r.attrs.num_messages is not None for r in chunk]
+        self.reported += [r.reported_cached_tokens for r in chunk if r.reported_cached_tokens is not None]
+        for r in chunk:
+            if r.model:
+                self.models[r.model] = self.models.get(r.model, 0) + 1
+        return arrivals
 
 
 def analyze_requests(
@@ -249,21 +254,33 @@ def _token_chunk(
                 kind = "untokenized chat"
             raise InputError(f"a token trace cannot mix in {kind} prompts", line=req.source_line)
         prompts.append(req.prompt.token_ids)
-    lengths = np.array([p.shape[0] for p in prompts], dtype=np.int64)
+    lengths = [p.shape[0] for p in prompts]
     offsets = np.zeros(len(prompts) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     tokens = np.concatenate(prompts) if prompts else np.empty(0, dtype=np.uint32)
     hashes, block_offsets = chain_hashes_batch(tokens, offsets, bs, DEFAULT_SEED)
+    lcp: list[int] = []
+    block_lcp: list[int] = []
+    bounds = block_offsets.tolist()
     for i, req in enumerate(chunk):
         toks = prompts[i]
-        n = int(lengths[i])
-        keys = hashes[block_offsets[i] : block_offsets[i + 1]]
+        n = lengths[i]
+        keys = hashes[bounds[i] : bounds[i + 1]]
         match = index.match_and_insert(keys, n, toks)
-        reuse.add(keys, bs, n, req.arrival_s)
-        sessions.add(req.session_id, toks, n, req.output_token_ids, 1)
+        if req.session_id is not None:
+            sessions.add(req.session_id, toks, n, req.output_token_ids, 1)
         pairs.add(toks, n)
         groups.add(keys, match.matched_blocks, match.matched_tokens)
-        cols.add(req, n, match.matched_tokens, match.matched_blocks * bs)
+        lcp.append(match.matched_tokens)
+        block_lcp.append(match.matched_blocks * bs)
+    arrivals = cols.add_chunk(chunk, lengths, lcp, block_lcp)
+    per_block = np.diff(block_offsets)
+    reuse.add_chunk(
+        hashes,
+        np.full(hashes.shape[0], float(bs)),
+        np.repeat(np.array(arrivals, dtype=np.float64), per_block),
+        int(offsets[-1]),
+    )
 
 
 def _block_chunk(
@@ -280,9 +297,7 @@ def _block_chunk(
     for req in chunk:
         p = req.prompt
         if not isinstance(p, BlockPrompt):
-            raise InputError(
-                "a hash-only trace cannot mix in token or text prompts", line=req.source_line
-            )
+            raise InputError("a hash-only trace cannot mix in token or text prompts", line=req.source_line)
         if p.block_size_tokens != bs:
             raise InputError(
                 f"block size changes within the trace ({p.block_size_tokens} vs {bs} tokens)",
@@ -292,24 +307,25 @@ def _block_chunk(
     counts = np.array([p.block_hashes.shape[0] for p in prompts], dtype=np.int64)
     offsets = np.zeros(len(prompts) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    ids = (
-        np.concatenate([p.block_hashes for p in prompts])
-        if prompts
-        else np.empty(0, dtype=np.uint64)
-    )
-    starts = offsets[:-1][counts > 0]
-    keys_all = rechain_ids(ids, starts, DEFAULT_SEED)
+    ids = np.concatenate([p.block_hashes for p in prompts]) if prompts else np.empty(0, dtype=np.uint64)
+    keys_all = rechain_ids(ids, offsets[:-1][counts > 0], DEFAULT_SEED)
+    lengths = [p.num_tokens for p in prompts]
+    lcp: list[int] = []
+    block_lcp: list[int] = []
+    bounds = offsets.tolist()
     for i, req in enumerate(chunk):
-        p = prompts[i]
-        n = p.num_tokens
-        keys = keys_all[offsets[i] : offsets[i + 1]]
+        n = lengths[i]
+        keys = keys_all[bounds[i] : bounds[i + 1]]
         match = index.match_and_insert(keys, n)
-        nb = keys.shape[0]
-        last = n - (nb - 1) * bs if nb else 0
-        reuse.add(keys, last, n, req.arrival_s)
-        full = keys if last == bs else keys[:-1]
-        sessions.add(req.session_id, full, n, None, bs)
+        if req.session_id is not None:
+            full = keys if n % bs == 0 else keys[:-1]
+            sessions.add(req.session_id, full, n, None, bs)
         pairs.add(keys, n)
-        block_tokens = min(match.matched_blocks, n // bs) * bs
         groups.add(keys, match.matched_blocks, match.matched_tokens)
-        cols.add(req, n, match.matched_tokens, block_tokens)
+        lcp.append(match.matched_tokens)
+        block_lcp.append(min(match.matched_blocks, n // bs) * bs)
+    arrivals = cols.add_chunk(chunk, lengths, lcp, block_lcp)
+    block_tokens = np.full(keys_all.shape[0], float(bs))
+    ends = offsets[1:][counts > 0] - 1  # each prompt's last block may be partial
+    block_tokens[ends] = np.array(lengths, dtype=np.float64)[counts > 0] - (counts[counts > 0] - 1) * bs
+    reuse.add_chunk(keys_all, block_tokens, np.repeat(np.array(arrivals, dtype=np.float64), counts), int(sum(lengths)))

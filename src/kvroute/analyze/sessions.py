@@ -50,7 +50,7 @@ class SessionTracker:
 
     def add(
         self,
-        session_id: str | None,
+        session_id: str,
         units: TokenIds | BlockHashes,
         num_tokens: int,
         output_units: TokenIds | None,
@@ -58,8 +58,6 @@ class SessionTracker:
     ) -> None:
         """Record one request. ``units`` are its token ids, or its block hashes for
         hash-only traces (``unit_tokens`` tokens each); ``output_units`` the output tokens."""
-        if session_id is None:
-            return
         self._num_with_session += 1
         self._turns[session_id] = self._turns.get(session_id, 0) + 1
         prev = self._last.get(session_id)

@@ -115,7 +115,7 @@ def read_trace(
             st.skip(rec)
             continue
         try:
-            requests = list(fmt.parse(rec, index, line_no, opts))
+            requests = fmt.parse(rec, index, line_no, opts)
         except RecordError as exc:
             err = InputError(exc.message, path=str(path), line=line_no, field=exc.field)
             if not skip_invalid:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -53,11 +52,11 @@ class TraceFormat(Protocol):
         """True when ``first`` (the first decoded record) looks like this format."""
         ...
 
-    def parse(self, record: Any, index: int, line: int, options: ReadOptions) -> Iterator[Request]:
+    def parse(self, record: Any, index: int, line: int, options: ReadOptions) -> list[Request]:
         """Requests in one record. ``index`` is the record's 0-based position, ``line`` the 1-based line where it starts.
 
-        Raises :class:`RecordError` for a malformed record; yields nothing for a record
-        that is valid but carries no request (e.g. a header line).
+        Raises :class:`RecordError` for a malformed record; returns an empty list for a
+        record that is valid but carries no request (e.g. a header line).
         """
         ...
 

@@ -16,7 +16,6 @@ for the partial last block, so ``len(hashes) == ceil(input_len / block_size)``. 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -49,7 +48,7 @@ class NativeFormat:
     def sniff(self, first: Any) -> bool:
         return isinstance(first, dict) and HEADER_KEY in first
 
-    def parse(self, record: Any, index: int, line: int, options: ReadOptions) -> Iterator[Request]:
+    def parse(self, record: Any, index: int, line: int, options: ReadOptions) -> list[Request]:
         obj = require_dict(record)
         if HEADER_KEY in obj:
             version = obj[HEADER_KEY]
@@ -60,7 +59,7 @@ class NativeFormat:
                 )
             bs = opt_int(obj, "block_size", minimum=1)
             self._block_size = bs or 16
-            return
+            return []
         block_size = options.block_size_tokens or self._block_size
         raw = obj.get("hashes")
         if not isinstance(raw, list):
@@ -85,20 +84,22 @@ class NativeFormat:
             raise RecordError(
                 f"unknown kind {structured!r} (valid: {valid})", "structured"
             ) from None
-        yield Request(
-            prompt=BlockPrompt(hashes, block_size, input_len),
-            arrival_s=opt_time_s(obj, "t"),
-            end_s=opt_time_s(obj, "end_t"),
-            session_id=opt_str(obj, "session"),
-            user_id=opt_str(obj, "user"),
-            model=opt_str(obj, "model"),
-            output_len=opt_int(obj, "output_len"),
-            attrs=RequestAttrs(
-                has_tools=bool(obj.get("tools", False)),
-                structured_output=kind,
-                turn_index=opt_int(obj, "turn"),
-                num_messages=opt_int(obj, "messages"),
-            ),
-            reported_cached_tokens=opt_int(obj, "cached"),
-            source_line=line,
-        )
+        return [
+            Request(
+                prompt=BlockPrompt(hashes, block_size, input_len),
+                arrival_s=opt_time_s(obj, "t"),
+                end_s=opt_time_s(obj, "end_t"),
+                session_id=opt_str(obj, "session"),
+                user_id=opt_str(obj, "user"),
+                model=opt_str(obj, "model"),
+                output_len=opt_int(obj, "output_len"),
+                attrs=RequestAttrs(
+                    has_tools=bool(obj.get("tools", False)),
+                    structured_output=kind,
+                    turn_index=opt_int(obj, "turn"),
+                    num_messages=opt_int(obj, "messages"),
+                ),
+                reported_cached_tokens=opt_int(obj, "cached"),
+                source_line=line,
+            )
+        ]

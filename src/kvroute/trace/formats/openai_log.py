@@ -18,7 +18,6 @@ content gives the output text (used for multi-turn analysis).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -122,7 +121,7 @@ class OpenAILogFormat:
         body = next((first[k] for k in _BODY_KEYS if isinstance(first.get(k), dict)), first)
         return "messages" in body or "prompt" in body
 
-    def parse(self, record: Any, index: int, line: int, options: ReadOptions) -> Iterator[Request]:
+    def parse(self, record: Any, index: int, line: int, options: ReadOptions) -> list[Request]:
         outer = require_dict(record)
         body_key = next((k for k in _BODY_KEYS if k in outer), None)
         body = require_dict(outer[body_key], body_key) if body_key else outer
@@ -165,22 +164,24 @@ class OpenAILogFormat:
             cached = opt_int(details, "cached_tokens")
         except RecordError as exc:
             raise RecordError(exc.message, f"response.usage.{exc.field}") from None
-        yield Request(
-            prompt=prompt,
-            arrival_s=arrival,
-            end_s=end,
-            session_id=opt_str(outer, "session_id", "conversation_id", "session")
-            or opt_str(metadata, "session_id", "conversation_id"),
-            user_id=opt_str(outer, "user", "user_id") or opt_str(body, "user"),
-            model=opt_str(body, "model") or opt_str(outer, "model"),
-            output_len=output_len,
-            output_text=_output_text(response),
-            attrs=RequestAttrs(
-                has_tools=has_tools,
-                structured_output=structured_output_kind(body),
-                turn_index=turn_index,
-                num_messages=num_messages,
-            ),
-            reported_cached_tokens=cached,
-            source_line=line,
-        )
+        return [
+            Request(
+                prompt=prompt,
+                arrival_s=arrival,
+                end_s=end,
+                session_id=opt_str(outer, "session_id", "conversation_id", "session")
+                or opt_str(metadata, "session_id", "conversation_id"),
+                user_id=opt_str(outer, "user", "user_id") or opt_str(body, "user"),
+                model=opt_str(body, "model") or opt_str(outer, "model"),
+                output_len=output_len,
+                output_text=_output_text(response),
+                attrs=RequestAttrs(
+                    has_tools=has_tools,
+                    structured_output=structured_output_kind(body),
+                    turn_index=turn_index,
+                    num_messages=num_messages,
+                ),
+                reported_cached_tokens=cached,
+                source_line=line,
+            )
+        ]

@@ -9,7 +9,6 @@ assistant's text is kept as that request's output.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from kvroute.trace.formats.base import (
@@ -87,28 +86,32 @@ class ShareGPTFormat:
             and any(isinstance(m, dict) and m.get("role") == "assistant" for m in msgs)
         )
 
-    def parse(self, record: Any, index: int, line: int, options: ReadOptions) -> Iterator[Request]:
+    def parse(self, record: Any, index: int, line: int, options: ReadOptions) -> list[Request]:
         obj = require_dict(record)
         key, turns = _turns(obj)
         session = opt_str(obj, "id", "conversation_id", "session_id") or f"conversation-{index}"
         arrival = opt_time_s(obj, "timestamp", "created_at")
         messages = [_message(t, f"{key}[{i}]") for i, t in enumerate(turns)]
         history: list[dict[str, Any]] = []
+        out: list[Request] = []
         turn_index = 0
         for msg in messages:
             if msg["role"] == "assistant" and any(m["role"] == "user" for m in history):
-                yield Request(
-                    prompt=ChatPrompt(list(history)),
-                    arrival_s=arrival,
-                    session_id=session,
-                    model=opt_str(obj, "model"),
-                    output_text=msg["content"],
-                    attrs=RequestAttrs(
-                        has_tools=any(m["role"] == "tool" for m in history),
-                        turn_index=turn_index,
-                        num_messages=len(history),
-                    ),
-                    source_line=line,
+                out.append(
+                    Request(
+                        prompt=ChatPrompt(list(history)),
+                        arrival_s=arrival,
+                        session_id=session,
+                        model=opt_str(obj, "model"),
+                        output_text=msg["content"],
+                        attrs=RequestAttrs(
+                            has_tools=any(m["role"] == "tool" for m in history),
+                            turn_index=turn_index,
+                            num_messages=len(history),
+                        ),
+                        source_line=line,
+                    )
                 )
                 turn_index += 1
             history.append(msg)
+        return out
