@@ -6,7 +6,7 @@ gateway's router, so a hash computed in one place matches one computed in anothe
 
 Definition (all arithmetic modulo 2**64)::
 
-    content(block) = mix over the block's tokens (non-linear, position-aware)
+    content(block) = mix(sum_k token_k * W_k + len * C)   (position weights W_k, splitmix64 finaliser)
     h[-1]          = seed
     h[i]           = h[i-1] * P + content(block i)
 
@@ -54,18 +54,27 @@ def _mix(x: U64) -> U64:
     return x
 
 
+def _weights(block_size_tokens: int) -> U64:
+    """Odd, well-mixed 64-bit weights, one per position in a block (deterministic)."""
+    pos = np.arange(1, block_size_tokens + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return _mix(pos * _POS) | _ONE
+
+
 def block_contents(tokens: npt.NDArray[np.integer], block_size_tokens: int) -> U64:
-    """Content hash of each full block of ``tokens`` (a trailing partial block is ignored)."""
+    """Content hash of each full block of ``tokens`` (a trailing partial block is ignored).
+
+    A position-weighted sum of the block's tokens modulo 2**64 (one multiply per token,
+    done as a contiguous 2-D pass), then splitmix64's non-linear finaliser per block.
+    The block length is folded in so a partial block never equals a full one.
+    """
     num_blocks = tokens.shape[0] // block_size_tokens
     blocks = tokens[: num_blocks * block_size_tokens].reshape(num_blocks, block_size_tokens)
-    acc = np.full(num_blocks, np.uint64(block_size_tokens), dtype=np.uint64)
-    pos_salt = np.uint64(0)
     with np.errstate(over="ignore"):
-        for k in range(block_size_tokens):
-            pos_salt += _POS
-            acc ^= blocks[:, k].astype(np.uint64) + pos_salt
-            acc = _mix(acc)
-    return acc
+        weighted = blocks.astype(np.uint64) * _weights(block_size_tokens)
+        acc = weighted.sum(axis=1, dtype=np.uint64)
+        acc += np.uint64(block_size_tokens) * _M2
+        return _mix(acc)
 
 
 def _powers(base: np.uint64, n: int) -> U64:
