@@ -220,17 +220,14 @@ def bench_prefixlens(num_requests: int, repeat: int) -> dict[str, float]:
     )
     py = prefixlens_python()
     pl_cmd = [
-        str(py),
-        "-m",
-        "prefixlens.cli",
+        str(py.parent / "prefixlens"),
         "analyze",
         str(theirs),
         "--block-size",
         "16",
         "--capacity-blocks",
         str(10**12),
-        "--format",
-        "json",
+        "--json",
     ]
     kv_out = WORK / "pl-kvroute.json"
     kv_cmd = [str(KVROUTE), "analyze", str(ours), "-q", "--json", str(kv_out)]
@@ -244,7 +241,7 @@ def bench_prefixlens(num_requests: int, repeat: int) -> dict[str, float]:
         subprocess.run(kv_cmd, capture_output=True, text=True, check=True)
         kv_times.append(time.perf_counter() - t0)
     pl = json.loads(pl_stdout)
-    pl_hit = pl["overall_hit_rate"] if "overall_hit_rate" in pl else pl["hit_rate"]
+    pl_hit = pl["hit_rate"]
     kv = json.loads(kv_out.read_text())
     full_blocks = sum(int(t.shape[0]) // 16 for t in toks)
     kv_hit_blocks = kv["overlap"]["block_reusable_tokens"] / 16 / full_blocks
@@ -275,7 +272,7 @@ def main() -> None:
     if args.only in (None, "analysis"):
         results["analysis"] = bench_analysis(3, 2_000 if args.quick else 20_000)
     if args.only in (None, "prefixlens"):
-        results["prefixlens"] = bench_prefixlens(300 if args.quick else 3_000, 3)
+        results["prefixlens"] = bench_prefixlens(300 if args.quick else 20_000, 3)
     if args.only in (None, "mooncake"):
         results["mooncake"] = bench_mooncake(50_000 if args.quick else 1_000_000)
     print(json.dumps(results, indent=2))

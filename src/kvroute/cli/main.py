@@ -6,6 +6,7 @@ input, 4 tokenizer problem, 5 engine problem, 130 interrupted.
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any
 
@@ -53,19 +54,53 @@ class _Main(click.Group):
             ctx.exit(1)
 
 
-def build_cli() -> click.Group:
-    """The ``kvroute`` command group with every subcommand registered."""
-    from kvroute.cli.analyze import analyze_cmd, sample_cmd
-    from kvroute.cli.engines import engines_group
+# name -> (module, attribute, one-line help); modules load only when their command runs,
+# so `kvroute analyze` does not pay for the HTTP stack of `kvroute engines`.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "analyze": (
+        "kvroute.cli.analyze",
+        "analyze_cmd",
+        "Measure how much of a trace's prompts share a prefix, and how long.",
+    ),
+    "sample": (
+        "kvroute.cli.analyze",
+        "sample_cmd",
+        "Write a deterministic sample OpenAI request log.",
+    ),
+    "engines": (
+        "kvroute.cli.engines",
+        "engines_group",
+        "Start, inspect and stop real local engines (llama.cpp, vLLM).",
+    ),
+}
 
-    group = _Main(
+
+class _LazyMain(_Main):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        spec = COMMANDS.get(cmd_name)
+        if spec is None:
+            return None
+        module = importlib.import_module(spec[0])
+        cmd = getattr(module, spec[1])
+        assert isinstance(cmd, click.Command)
+        return cmd
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, spec[2]) for name, spec in COMMANDS.items()])
+
+
+def build_cli() -> click.Group:
+    """The ``kvroute`` command group; subcommands are imported on first use."""
+    group = _LazyMain(
         "kvroute",
         help=HELP,
         context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     )
     click.version_option(__version__, prog_name="kvroute")(group)
-    for cmd in (analyze_cmd, sample_cmd, engines_group):
-        group.add_command(cmd)
     return group
 
 

@@ -101,10 +101,15 @@ def _completion_prompt(value: Any, field: str) -> TextPrompt | TokenPrompt:
         value = value[0]  # a batch of one
     if isinstance(value, str):
         return TextPrompt(value)
-    if isinstance(value, list) and all(
-        isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 2**32 for t in value
-    ):
-        return TokenPrompt(np.array(value, dtype=np.uint32))
+    if isinstance(value, list):
+        if not value:
+            return TokenPrompt(np.empty(0, dtype=np.uint32))
+        try:
+            ids = np.array(value)
+        except (ValueError, OverflowError):
+            ids = np.empty(0, dtype=object)
+        if ids.ndim == 1 and ids.dtype.kind in "iu" and ids.min() >= 0 and ids.max() < 2**32:
+            return TokenPrompt(ids.astype(np.uint32))
     raise RecordError(
         "expected a string or a list of token ids (batched prompts are not supported)", field
     )
