@@ -1,0 +1,202 @@
+"""Turn chat and text prompts of a trace into token ids, streaming, on all cores.
+
+:func:`tokenize_requests` reads requests in batches. Each batch's chat prompts are
+rendered with the model's chat template and encoded with its tokenizer; text prompts are
+encoded as they are; answers (``output_text``) are encoded the way an engine counts
+generated tokens. Token and block prompts pass through untouched. Output order is input
+order.
+
+With ``workers > 1`` batches go to a process pool, because template rendering is Python
+and holds the GIL. Each worker loads the tokenizer once, in the pool initializer, and
+encodes on one core (the pool is the parallelism). At most ``2 * workers`` batches are
+in flight, so memory stays bounded however long the trace. The pool uses the
+interpreter's start method (``multiprocessing.get_context()``): ``fork`` on Linux up to
+Python 3.13; with ``spawn`` or ``forkserver`` the calling script needs the usual
+``if __name__ == "__main__":`` guard, as for any ``multiprocessing`` pool.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from itertools import islice
+from multiprocessing.pool import AsyncResult, Pool
+from pathlib import Path
+
+from kvroute.errors import KvrouteError, TokenizerError, UsageError
+from kvroute.trace.records import ChatPrompt, Request, TextPrompt, TokenPrompt
+from kvroute.trace.tokenizer import ChatTokenizer, default_model_path, load_tokenizer
+from kvroute.types import TokenIds
+
+_IN_FLIGHT_PER_WORKER = 2
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """What one batch needs encoded; ``*_at`` are indices into the batch."""
+
+    prompts: list[ChatPrompt | TextPrompt]
+    prompts_at: list[int]
+    source_lines: list[int | None]
+    outputs: list[str]
+    outputs_at: list[int]
+
+    @property
+    def empty(self) -> bool:
+        return not self.prompts and not self.outputs
+
+
+@dataclass(frozen=True, slots=True)
+class _Encoded:
+    prompt_ids: list[TokenIds]
+    output_ids: list[TokenIds]
+
+
+def tokenize_requests(
+    requests: Iterable[Request],
+    tokenizer_source: str | Path | None,
+    *,
+    workers: int | None = None,
+    batch_size: int = 256,
+) -> Iterator[Request]:
+    """Yield each request with chat/text prompts as :class:`TokenPrompt`, in input order.
+
+    ``output_text`` becomes ``output_token_ids`` (and ``output_len`` when that is
+    ``None``) unless ``output_token_ids`` is already set. ``tokenizer_source`` is what
+    :func:`~kvroute.trace.tokenizer.load_tokenizer` takes. ``workers=None`` uses every
+    core; ``workers=1`` stays in this process. The tokenizer is loaded only once a batch
+    needs it. Raises :class:`~kvroute.errors.TokenizerError` (naming the request's source
+    line when known) when a prompt cannot be rendered, and
+    :class:`~kvroute.errors.UsageError` for ``workers`` or ``batch_size`` below 1.
+    """
+    num_workers = (os.cpu_count() or 1) if workers is None else workers
+    if num_workers < 1:
+        raise UsageError(f"workers must be at least 1, got {num_workers}")
+    if batch_size < 1:
+        raise UsageError(f"batch_size must be at least 1, got {batch_size}")
+    source = default_model_path() if tokenizer_source is None else Path(tokenizer_source)
+    batches = _batched(requests, batch_size)
+    if num_workers == 1:
+        return _tokenize_here(batches, source)
+    return _tokenize_in_pool(batches, source, num_workers)
+
+
+def _tokenize_here(batches: Iterator[list[Request]], source: Path) -> Iterator[Request]:
+    tokenizer: ChatTokenizer | None = None
+    for batch in batches:
+        work = _work_of(batch)
+        if work.empty:
+            yield from batch
+            continue
+        if tokenizer is None:
+            tokenizer = load_tokenizer(source)
+        yield from _rebuild(batch, work, _encode_work(tokenizer, work))
+
+
+def _tokenize_in_pool(
+    batches: Iterator[list[Request]], source: Path, num_workers: int
+) -> Iterator[Request]:
+    pending: deque[tuple[list[Request], _Work, AsyncResult[_Encoded] | None]] = deque()
+    with ExitStack() as stack:
+        pool: Pool | None = None
+        for batch in batches:
+            work = _work_of(batch)
+            handle = None
+            if not work.empty:
+                if pool is None:
+                    load_tokenizer(source)  # fail here, clearly, before any worker starts
+                    pool = stack.enter_context(_start_pool(source, num_workers))
+                handle = pool.apply_async(_encode_in_worker, (work,))
+            pending.append((batch, work, handle))
+            while len(pending) > _IN_FLIGHT_PER_WORKER * num_workers:
+                yield from _finish(*pending.popleft())
+        while pending:
+            yield from _finish(*pending.popleft())
+
+
+def _start_pool(source: Path, num_workers: int) -> Pool:
+    return multiprocessing.get_context().Pool(
+        num_workers, initializer=_init_worker, initargs=(source,)
+    )
+
+
+def _finish(
+    batch: list[Request], work: _Work, handle: AsyncResult[_Encoded] | None
+) -> Iterator[Request]:
+    if handle is None:
+        yield from batch
+    else:
+        yield from _rebuild(batch, work, handle.get())
+
+
+def _encode_work(tokenizer: ChatTokenizer, work: _Work) -> _Encoded:
+    """Render and encode one batch's prompts and answers."""
+    texts: list[str] = []
+    for prompt, line in zip(work.prompts, work.source_lines, strict=True):
+        if isinstance(prompt, TextPrompt):
+            texts.append(prompt.text)
+            continue
+        try:
+            texts.append(tokenizer.render_chat(prompt.messages, prompt.tools))
+        except TokenizerError as exc:
+            where = f"request at line {line}: " if line is not None else ""
+            raise TokenizerError(f"{where}{exc.message}", hint=exc.hint) from exc
+    prompt_ids = tokenizer.encode_batch(texts) if texts else []
+    output_ids = tokenizer.encode_output(work.outputs) if work.outputs else []
+    return _Encoded(prompt_ids=prompt_ids, output_ids=output_ids)
+
+
+def _work_of(batch: list[Request]) -> _Work:
+    work = _Work(prompts=[], prompts_at=[], source_lines=[], outputs=[], outputs_at=[])
+    for i, request in enumerate(batch):
+        if isinstance(request.prompt, ChatPrompt | TextPrompt):
+            work.prompts.append(request.prompt)
+            work.prompts_at.append(i)
+            work.source_lines.append(request.source_line)
+        if request.output_text is not None and request.output_token_ids is None:
+            work.outputs.append(request.output_text)
+            work.outputs_at.append(i)
+    return work
+
+
+def _rebuild(batch: list[Request], work: _Work, encoded: _Encoded) -> list[Request]:
+    out = list(batch)
+    for i, ids in zip(work.prompts_at, encoded.prompt_ids, strict=True):
+        out[i] = replace(out[i], prompt=TokenPrompt(token_ids=ids))
+    for i, ids in zip(work.outputs_at, encoded.output_ids, strict=True):
+        output_len = out[i].output_len if out[i].output_len is not None else int(ids.shape[0])
+        out[i] = replace(out[i], output_token_ids=ids, output_len=output_len)
+    return out
+
+
+def _batched(requests: Iterable[Request], batch_size: int) -> Iterator[list[Request]]:
+    it = iter(requests)
+    while batch := list(islice(it, batch_size)):
+        yield batch
+
+
+# Pool workers only. A worker process keeps its tokenizer here, set once by the pool
+# initializer; the parent process never reads or writes it.
+_WORKER_STATE: dict[str, ChatTokenizer | KvrouteError] = {}
+
+
+def _init_worker(source: Path) -> None:
+    # One core per worker: the pool is the parallelism, not the library's thread pool.
+    # This process is a pool worker, so its environment is ours to set.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        _WORKER_STATE["tokenizer"] = load_tokenizer(source)
+    except KvrouteError as exc:
+        # Raising here would make the pool restart the worker forever; fail the tasks.
+        _WORKER_STATE["tokenizer"] = exc
+
+
+def _encode_in_worker(work: _Work) -> _Encoded:
+    tokenizer = _WORKER_STATE["tokenizer"]
+    if isinstance(tokenizer, KvrouteError):
+        raise tokenizer
+    return _encode_work(tokenizer, work)
