@@ -30,7 +30,9 @@ class PairwiseResult:
 class PairSampler:
     """Reservoir of request prompts; ``rng`` makes it deterministic for a seed."""
 
-    def __init__(self, rng: np.random.Generator, *, reservoir_size: int = 1000, num_pairs: int = 5_000) -> None:
+    def __init__(
+        self, rng: np.random.Generator, *, reservoir_size: int = 1000, num_pairs: int = 5_000
+    ) -> None:
         self.rng = rng
         self.reservoir_size = reservoir_size
         self.num_pairs = num_pairs
@@ -57,7 +59,9 @@ class PairSampler:
     def _advance(self) -> None:
         k = self.reservoir_size
         self._w *= math.exp(math.log(self.rng.random()) / k)
-        skip = math.floor(math.log(self.rng.random()) / math.log1p(-self._w)) if self._w < 1.0 else 0
+        skip = (
+            math.floor(math.log(self.rng.random()) / math.log1p(-self._w)) if self._w < 1.0 else 0
+        )
         self._next += skip + 1
 
     def finish(self, unit_tokens: int, block_size_tokens: int) -> PairwiseResult:

@@ -38,17 +38,10 @@ class PrefixMatch:
 
 
 def _common_prefix_len(a: bytes, b: bytes) -> int:
+    """Length of the common prefix of two byte strings (XOR of their big-endian integers)."""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    diff = int.from_bytes(a[:n], "big") ^ int.from_bytes(b[:n], "big")
+    return n - (diff.bit_length() + 7) // 8
 
 
 class PrefixIndex:

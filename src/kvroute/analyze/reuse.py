@@ -71,7 +71,11 @@ class ReuseTracker:
         self._total_tokens += prompt_tokens
         if self._threshold != _FULL:
             keep = (block_hashes >> np.uint64(40)) < np.uint64(self._threshold)
-            block_hashes, block_tokens, arrival_s = block_hashes[keep], block_tokens[keep], arrival_s[keep]
+            block_hashes, block_tokens, arrival_s = (
+                block_hashes[keep],
+                block_tokens[keep],
+                arrival_s[keep],
+            )
         if block_hashes.shape[0] == 0:
             return
         self._keys.append(block_hashes)

@@ -83,7 +83,9 @@ class _Columns:
         self.reported: list[int] = []
         self.models: dict[str, int] = {}
 
-    def add_chunk(self, chunk: list[Request], num_tokens: list[int], lcp: list[int], block_lcp: list[int]) -> list[float]:
+    def add_chunk(
+        self, chunk: list[Request], num_tokens: list[int], lcp: list[int], block_lcp: list[int]
+    ) -> list[float]:
         """Append a chunk; returns its arrival times for reuse."""
         nan = float("nan")
         arrivals = [nan if r.arrival_s is None else r.arrival_s for r in chunk]
@@ -96,7 +98,9 @@ class _Columns:
         self.tools += [r.attrs.has_tools for r in chunk]
         self.structured += [r.attrs.structured_output.value for r in chunk]
         self.chat += [r.attrs.num_messages is not None for r in chunk]
-        self.reported += [r.reported_cached_tokens for r in chunk if r.reported_cached_tokens is not None]
+        self.reported += [
+            r.reported_cached_tokens for r in chunk if r.reported_cached_tokens is not None
+        ]
         for r in chunk:
             if r.model:
                 self.models[r.model] = self.models.get(r.model, 0) + 1
@@ -297,7 +301,9 @@ def _block_chunk(
     for req in chunk:
         p = req.prompt
         if not isinstance(p, BlockPrompt):
-            raise InputError("a hash-only trace cannot mix in token or text prompts", line=req.source_line)
+            raise InputError(
+                "a hash-only trace cannot mix in token or text prompts", line=req.source_line
+            )
         if p.block_size_tokens != bs:
             raise InputError(
                 f"block size changes within the trace ({p.block_size_tokens} vs {bs} tokens)",
@@ -307,7 +313,11 @@ def _block_chunk(
     counts = np.array([p.block_hashes.shape[0] for p in prompts], dtype=np.int64)
     offsets = np.zeros(len(prompts) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    ids = np.concatenate([p.block_hashes for p in prompts]) if prompts else np.empty(0, dtype=np.uint64)
+    ids = (
+        np.concatenate([p.block_hashes for p in prompts])
+        if prompts
+        else np.empty(0, dtype=np.uint64)
+    )
     keys_all = rechain_ids(ids, offsets[:-1][counts > 0], DEFAULT_SEED)
     lengths = [p.num_tokens for p in prompts]
     lcp: list[int] = []
@@ -327,5 +337,12 @@ def _block_chunk(
     arrivals = cols.add_chunk(chunk, lengths, lcp, block_lcp)
     block_tokens = np.full(keys_all.shape[0], float(bs))
     ends = offsets[1:][counts > 0] - 1  # each prompt's last block may be partial
-    block_tokens[ends] = np.array(lengths, dtype=np.float64)[counts > 0] - (counts[counts > 0] - 1) * bs
-    reuse.add_chunk(keys_all, block_tokens, np.repeat(np.array(arrivals, dtype=np.float64), counts), int(sum(lengths)))
+    block_tokens[ends] = (
+        np.array(lengths, dtype=np.float64)[counts > 0] - (counts[counts > 0] - 1) * bs
+    )
+    reuse.add_chunk(
+        keys_all,
+        block_tokens,
+        np.repeat(np.array(arrivals, dtype=np.float64), counts),
+        int(sum(lengths)),
+    )
