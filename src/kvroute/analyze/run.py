@@ -107,6 +107,38 @@ class _Columns:
         return arrivals
 
 
+@dataclass(slots=True)
+class _Accumulators:
+    """Everything one pass updates; the granularity is fixed by the first request."""
+
+    mode: Granularity
+    block_size_tokens: int
+    index: PrefixIndex
+    reuse: ReuseTracker
+    groups: GroupTracker
+    sessions: SessionTracker
+    pairs: PairSampler
+    cols: _Columns
+
+    @classmethod
+    def for_first(
+        cls, first: Request, opts: AnalyzeOptions, rng: np.random.Generator
+    ) -> _Accumulators:
+        mode, bs = Granularity.TOKEN, opts.block_size_tokens
+        if isinstance(first.prompt, BlockPrompt):
+            mode, bs = Granularity.BLOCK, first.prompt.block_size_tokens
+        return cls(
+            mode=mode,
+            block_size_tokens=bs,
+            index=PrefixIndex(bs, keep_tokens=mode is Granularity.TOKEN),
+            reuse=ReuseTracker(bs, max_samples=opts.reuse_max_samples),
+            groups=GroupTracker(bs),
+            sessions=SessionTracker(),
+            pairs=PairSampler(rng, reservoir_size=opts.pair_reservoir, num_pairs=opts.num_pairs),
+            cols=_Columns(),
+        )
+
+
 def analyze_requests(
     requests: Iterable[Request],
     *,
@@ -128,35 +160,28 @@ def analyze_requests(
     opts = options or AnalyzeOptions()
     started = time.perf_counter()
     rng = np.random.default_rng(opts.seed)
-    mode: Granularity | None = None
-    bs = opts.block_size_tokens
-    index: PrefixIndex | None = None
-    reuse: ReuseTracker | None = None
-    sessions = SessionTracker()
-    pairs = PairSampler(rng, reservoir_size=opts.pair_reservoir, num_pairs=opts.num_pairs)
-    groups: GroupTracker | None = None
-    cols = _Columns()
+    acc: _Accumulators | None = None
     done = 0
     for chunk in _chunks(requests, opts.chunk_requests):
-        if mode is None:
-            first = chunk[0].prompt
-            if isinstance(first, BlockPrompt):
-                mode, bs = Granularity.BLOCK, first.block_size_tokens
-            else:
-                mode = Granularity.TOKEN
-            index = PrefixIndex(bs, keep_tokens=mode is Granularity.TOKEN)
-            reuse = ReuseTracker(bs, max_samples=opts.reuse_max_samples)
-            groups = GroupTracker(bs)
-        assert index is not None and reuse is not None and groups is not None
-        if mode is Granularity.TOKEN:
-            _token_chunk(chunk, bs, index, reuse, sessions, pairs, groups, cols)
+        if acc is None:
+            acc = _Accumulators.for_first(chunk[0], opts, rng)
+        if acc.mode is Granularity.TOKEN:
+            _token_chunk(chunk, acc)
         else:
-            _block_chunk(chunk, bs, index, reuse, sessions, pairs, groups, cols)
+            _block_chunk(chunk, acc)
         done += len(chunk)
         if progress is not None:
             progress(done)
-    if mode is None or reuse is None or index is None or groups is None:
+    if acc is None:
         raise EmptyTraceError("the trace has no requests", path=trace_path)
+    mode, bs, index, reuse, groups = (
+        acc.mode,
+        acc.block_size_tokens,
+        acc.index,
+        acc.reuse,
+        acc.groups,
+    )
+    sessions, pairs, cols = acc.sessions, acc.pairs, acc.cols
 
     prompt_len = np.array(cols.prompt_len, dtype=np.float64)
     lcp = np.array(cols.lcp, dtype=np.float64)
@@ -240,16 +265,14 @@ def analyze_requests(
     )
 
 
-def _token_chunk(
-    chunk: list[Request],
-    bs: int,
-    index: PrefixIndex,
-    reuse: ReuseTracker,
-    sessions: SessionTracker,
-    pairs: PairSampler,
-    groups: GroupTracker,
-    cols: _Columns,
-) -> None:
+def _token_chunk(chunk: list[Request], acc: _Accumulators) -> None:
+    bs, index, sessions, pairs, groups = (
+        acc.block_size_tokens,
+        acc.index,
+        acc.sessions,
+        acc.pairs,
+        acc.groups,
+    )
     prompts = []
     for req in chunk:
         if not isinstance(req.prompt, TokenPrompt):
@@ -277,9 +300,9 @@ def _token_chunk(
         groups.add(keys, match.matched_blocks, match.matched_tokens)
         lcp.append(match.matched_tokens)
         block_lcp.append(match.matched_blocks * bs)
-    arrivals = cols.add_chunk(chunk, lengths, lcp, block_lcp)
+    arrivals = acc.cols.add_chunk(chunk, lengths, lcp, block_lcp)
     per_block = np.diff(block_offsets)
-    reuse.add_chunk(
+    acc.reuse.add_chunk(
         hashes,
         np.full(hashes.shape[0], float(bs)),
         np.repeat(np.array(arrivals, dtype=np.float64), per_block),
@@ -287,16 +310,14 @@ def _token_chunk(
     )
 
 
-def _block_chunk(
-    chunk: list[Request],
-    bs: int,
-    index: PrefixIndex,
-    reuse: ReuseTracker,
-    sessions: SessionTracker,
-    pairs: PairSampler,
-    groups: GroupTracker,
-    cols: _Columns,
-) -> None:
+def _block_chunk(chunk: list[Request], acc: _Accumulators) -> None:
+    bs, index, sessions, pairs, groups = (
+        acc.block_size_tokens,
+        acc.index,
+        acc.sessions,
+        acc.pairs,
+        acc.groups,
+    )
     prompts: list[BlockPrompt] = []
     for req in chunk:
         p = req.prompt
@@ -334,13 +355,13 @@ def _block_chunk(
         groups.add(keys, match.matched_blocks, match.matched_tokens)
         lcp.append(match.matched_tokens)
         block_lcp.append(min(match.matched_blocks, n // bs) * bs)
-    arrivals = cols.add_chunk(chunk, lengths, lcp, block_lcp)
+    arrivals = acc.cols.add_chunk(chunk, lengths, lcp, block_lcp)
     block_tokens = np.full(keys_all.shape[0], float(bs))
     ends = offsets[1:][counts > 0] - 1  # each prompt's last block may be partial
     block_tokens[ends] = (
         np.array(lengths, dtype=np.float64)[counts > 0] - (counts[counts > 0] - 1) * bs
     )
-    reuse.add_chunk(
+    acc.reuse.add_chunk(
         keys_all,
         block_tokens,
         np.repeat(np.array(arrivals, dtype=np.float64), counts),
