@@ -180,7 +180,6 @@ def bench_mooncake(num_requests: int) -> dict[str, float]:
     return {
         "requests": num_requests,
         "file_mb": path.stat().st_size / 1e6,
-        "blocks": sum(1 for _ in ()) or 0,
         "wall_s": float(wall_s),
         "peak_rss_gb": int(rss_kb) / 1e6,
         "hit_ratio": res["overlap"]["hit_ratio"],
