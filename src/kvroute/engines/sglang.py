@@ -1,0 +1,180 @@
+"""Adapter for SGLang's HTTP server (``python -m sglang.launch_server``).
+
+UNTESTED AGAINST A REAL SERVER: no SGLang build installs on the CPU-only machines
+kvroute is developed and tested on. This adapter follows SGLang's documented native
+API (``docs/basic_usage/native_api``), its ``http_server.py`` routes and the metric
+names in ``srt/metrics/collector.py``; its tests check it against recorded answers of
+that shape, not against a running server. Verify on a GPU host before trusting it.
+
+What the server must be started with for each reading:
+
+- ``--enable-metrics``: ``/metrics`` (load, server-wide cache counters);
+- ``--enable-cache-report``: ``usage.prompt_tokens_details.cached_tokens`` in OpenAI
+  responses (the native ``/generate`` always has ``meta_info.cached_tokens``).
+
+``sglang:prompt_tokens_total`` counts every prompt token of finished requests, cached
+ones included; ``sglang:cached_tokens_total`` the cached ones, split by
+``cache_source`` (device/host/storage) in recent versions, summed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from kvroute.engines.base import (
+    CacheCounters,
+    CacheResetOutcome,
+    Health,
+    HealthState,
+    KvCapacity,
+    Load,
+    ResponseCacheUsage,
+    SlotView,
+    UsageSource,
+)
+from kvroute.engines.http import (
+    DEFAULT_TIMEOUT_S,
+    EngineHTTPError,
+    as_mapping,
+    counter_value,
+    get_json,
+    get_metrics,
+    int_field,
+    model_ids,
+    openai_usage,
+    optional_int_field,
+    request,
+)
+from kvroute.engines.metrics_text import Metrics
+from kvroute.errors import EngineError
+from kvroute.types import JSONValue
+
+PROMPT_TOTAL = "sglang:prompt_tokens_total"
+CACHED_TOTAL = "sglang:cached_tokens_total"
+RUNNING_REQS = "sglang:num_running_reqs"
+QUEUE_REQS = "sglang:num_queue_reqs"
+
+METRICS_HINT = "start SGLang with --enable-metrics"
+
+
+class SglangAdapter:
+    """One SGLang server at ``base_url``, reached through ``client``."""
+
+    def __init__(self, base_url: str, *, client: httpx.AsyncClient) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._client = client
+
+    @property
+    def engine(self) -> str:
+        return "sglang"
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    async def health(self) -> Health:
+        """``/health``: 200 when serving, 503 while starting or after a failed check."""
+        try:
+            response = await self._client.get(f"{self._base_url}/health", timeout=DEFAULT_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            return Health(HealthState.UNREACHABLE, f"{type(exc).__name__}: {exc}")
+        if response.status_code == 200:
+            return Health(HealthState.READY, "ok")
+        return Health(HealthState.UNHEALTHY, f"HTTP {response.status_code}: {response.text[:200]}")
+
+    async def models(self) -> list[str]:
+        url = f"{self._base_url}/v1/models"
+        return model_ids(await get_json(self._client, url), url)
+
+    async def load(self) -> Load:
+        metrics = await self._metrics()
+        running = counter_value(metrics, RUNNING_REQS)
+        waiting = counter_value(metrics, QUEUE_REQS)
+        if running is None or waiting is None:
+            raise EngineError(f"{self._base_url}/metrics has no {RUNNING_REQS}", hint=METRICS_HINT)
+        return Load(num_running=running, num_waiting=waiting)
+
+    async def kv_capacity(self) -> KvCapacity:
+        url = f"{self._base_url}/get_server_info"
+        return kv_capacity_from_server_info(await get_json(self._client, url))
+
+    async def cache_counters(self) -> CacheCounters:
+        return cache_counters_from_metrics(await self._metrics())
+
+    def response_cache_usage(self, body: Mapping[str, JSONValue]) -> ResponseCacheUsage | None:
+        return response_cache_usage(body)
+
+    async def slots(self) -> list[SlotView] | None:
+        """SGLang has no slots: its cache is one radix tree over a token pool."""
+        return None
+
+    async def reset_cache(self) -> CacheResetOutcome:
+        """``POST /flush_cache``; SGLang refuses (400) while requests run or wait."""
+        try:
+            await request(self._client, "POST", f"{self._base_url}/flush_cache", timeout_s=60.0)
+        except EngineHTTPError as exc:
+            if exc.status_code == 400:
+                raise EngineError(
+                    f"{self._base_url} did not flush its cache: requests are in flight",
+                    hint="wait until the server is idle, then reset again",
+                ) from None
+            raise
+        return CacheResetOutcome.RESET
+
+    async def _metrics(self) -> Metrics:
+        try:
+            return await get_metrics(self._client, self._base_url)
+        except EngineHTTPError as exc:
+            if exc.status_code == 404:
+                raise EngineError(
+                    f"{self._base_url} serves no /metrics", hint=METRICS_HINT
+                ) from None
+            raise
+
+
+def cache_counters_from_metrics(metrics: Metrics) -> CacheCounters:
+    """Prompt and cached token totals, each summed over all its label sets."""
+    prompt = counter_value(metrics, PROMPT_TOTAL)
+    if prompt is None:
+        raise EngineError(f"scrape has no {PROMPT_TOTAL}", hint=METRICS_HINT)
+    # A server that has cached nothing yet may not have created the labelled series.
+    cached = counter_value(metrics, CACHED_TOTAL)
+    return CacheCounters(prompt_tokens=prompt, cached_tokens=0 if cached is None else cached)
+
+
+def kv_capacity_from_server_info(body: JSONValue) -> KvCapacity:
+    """``max_total_num_tokens`` (token pool size) and ``page_size`` from
+    ``/get_server_info``; older versions put the pool size only in ``internal_states``."""
+    where = "/get_server_info"
+    info = as_mapping(body, where)
+    total = optional_int_field(info, "max_total_num_tokens", where)
+    if total is None:
+        states = info.get("internal_states")
+        if isinstance(states, list) and states:
+            total = int_field(
+                as_mapping(states[0], f"{where} internal_states[0]"), "max_total_num_tokens", where
+            )
+    if total is None:
+        raise EngineError(f"{where} has no max_total_num_tokens")
+    page_size = optional_int_field(info, "page_size", where) or 1
+    return KvCapacity(block_size_tokens=page_size, num_blocks=total // page_size)
+
+
+def response_cache_usage(body: Mapping[str, Any]) -> ResponseCacheUsage | None:
+    """OpenAI ``usage`` (needs ``--enable-cache-report``), or native ``meta_info``."""
+    usage = openai_usage(body)
+    if usage is not None:
+        return ResponseCacheUsage(
+            prompt_tokens=usage[0], cached_tokens=usage[1], source=UsageSource.OPENAI_USAGE
+        )
+    meta = body.get("meta_info")
+    if isinstance(meta, Mapping) and "cached_tokens" in meta and "prompt_tokens" in meta:
+        return ResponseCacheUsage(
+            prompt_tokens=int_field(meta, "prompt_tokens", "meta_info"),
+            cached_tokens=int_field(meta, "cached_tokens", "meta_info"),
+            source=UsageSource.SGLANG_META_INFO,
+        )
+    return None

