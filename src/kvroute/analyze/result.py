@@ -13,7 +13,7 @@ from kvroute.analyze.pairwise import PairwiseResult
 from kvroute.analyze.reuse import ReuseResult
 from kvroute.analyze.sessions import SessionsResult
 from kvroute.analyze.shape import ShapeResult
-from kvroute.analyze.stats import Distribution
+from kvroute.stats import Distribution
 
 SCHEMA = "kvroute.analyze/1"
 

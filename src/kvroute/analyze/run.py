@@ -30,7 +30,7 @@ from kvroute.analyze.result import (
 from kvroute.analyze.reuse import ReuseTracker
 from kvroute.analyze.sessions import SessionTracker
 from kvroute.analyze.shape import shape_of
-from kvroute.analyze.stats import describe
+from kvroute.stats import describe
 from kvroute.analyze.verdict import verdict_for
 from kvroute.errors import EmptyTraceError, InputError
 from kvroute.trace.hashing import DEFAULT_SEED, chain_hashes_batch, rechain_ids

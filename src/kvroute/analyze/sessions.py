@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvroute.analyze.stats import Distribution, describe
+from kvroute.stats import Distribution, describe
 from kvroute.types import BlockHashes, TokenIds
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvroute.analyze.stats import Distribution, describe
+from kvroute.stats import Distribution, describe
 
 LENGTH_CLASSES: tuple[tuple[str, int, int | None], ...] = (
     ("short (< 1k tokens)", 0, 1024),

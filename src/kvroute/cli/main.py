@@ -67,6 +67,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "sample_cmd",
         "Write a deterministic sample OpenAI request log.",
     ),
+    "simulate": (
+        "kvroute.cli.simulate",
+        "simulate_cmd",
+        "Predict what llama.cpp, vLLM and SGLang would cache on a trace, at a KV capacity.",
+    ),
     "engines": (
         "kvroute.cli.engines",
         "engines_group",

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kvroute.analyze.result import AnalysisResult, VerdictLevel
-from kvroute.analyze.stats import Distribution
+from kvroute.stats import Distribution
 from kvroute.report import fmt
 from kvroute.report.html import (
     Block,

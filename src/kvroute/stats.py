@@ -1,4 +1,4 @@
-"""Small numeric summaries shared by the analyses (percentiles, histograms, CDFs)."""
+"""Small numeric summaries shared by analyze, simulate and bench (percentiles, histograms, CDFs)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,7 @@
+"""Prefix-cache models of llama.cpp, vLLM and SGLang, and their replay on a trace.
+
+Pure and synchronous: no clock, no randomness that is not passed in. ``base`` holds the
+interface every model implements; ``registry`` lists the models; ``replay`` runs one
+model over a trace in time; ``simulate`` runs several models (and capacities) and
+gathers a versioned result.
+"""

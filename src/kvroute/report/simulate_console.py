@@ -1,0 +1,134 @@
+"""Terminal summary of a simulation: one table of engines against the ideal, the sweep, notes."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from kvroute.cache.result import EngineRun, SimulationResult
+from kvroute.report import fmt
+
+
+def _capacity_text(tokens: int | None) -> str:
+    return "unbounded" if tokens is None else f"{fmt.tokens(tokens)} tokens"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else fmt.percent(value)
+
+
+def capacity_line(result: SimulationResult) -> str:
+    """How the KV pool was sized, in one line."""
+    c = result.capacity
+    text = _capacity_text(c.tokens)
+    if c.gpu is not None and c.model is not None:
+        gpus = f"{c.num_gpus} x " if c.num_gpus > 1 else ""
+        text += f" ({c.model} on {gpus}{c.gpu} at {c.utilization:.0%})"
+    elif c.model is not None:
+        text += f" ({c.model})"
+    if c.kv_bytes_per_token:
+        text += f", {fmt.byte_size(c.kv_bytes_per_token)} per token"
+    return text
+
+
+def _engine_row(run: EngineRun, best: float) -> list[str]:
+    d = run.per_request_hit
+    name = f"[bold]{run.engine}[/]" if run.hit_ratio == best else run.engine
+    return [
+        name,
+        fmt.percent(run.hit_ratio),
+        fmt.tokens(run.cached_tokens),
+        fmt.tokens(run.computed_tokens),
+        fmt.percent(run.share_requests_with_hit, digits=0),
+        _pct(d.p50),
+        fmt.tokens(run.evicted_tokens),
+        fmt.tokens(run.peak_pinned_tokens),
+        fmt.count(run.num_rejected),
+    ]
+
+
+def render_console(result: SimulationResult, console: Console) -> None:
+    """Print the summary of ``result`` to ``console``."""
+    r = result
+    tr = r.trace
+    console.print(
+        f"[bold]kvroute simulate[/] {tr.path} · {tr.format} · {fmt.count(tr.num_requests)} requests"
+        + f" · {fmt.tokens(tr.prompt_tokens)} prompt tokens"
+        + (f" · tokenizer {tr.tokenizer}" if tr.tokenizer else "")
+        + (f" · {tr.block_size_tokens}-token block hashes" if tr.block_size_tokens else "")
+    )
+    console.print(
+        f"KV pool: {capacity_line(r)} · arrivals: {r.replay.arrivals}"
+        + f" · run times: {fmt.count(r.replay.num_trace_run_times)} from the trace, rest modelled"
+    )
+    t = Table(
+        title="Prefix cache by engine", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    headers = (
+        "engine",
+        "hit",
+        "cached",
+        "computed",
+        "w/ hit",
+        "p50",
+        "evicted",
+        "pinned",
+        "rej.",
+    )
+    for i, h in enumerate(headers):
+        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True, min_width=len(h))
+    best = max((e.hit_ratio for e in r.engines), default=0.0)
+    for run in r.engines:
+        t.add_row(*_engine_row(run, best))
+    console.print(t)
+    if r.ideal is not None:
+        ideal = r.ideal
+        line = f"ideal cache (analyze): {fmt.percent(ideal.hit_ratio)} at {ideal.granularity} level"
+        if ideal.granularity == "token":
+            line += (
+                f", {fmt.percent(ideal.block_hit_ratio)} at {ideal.block_size_tokens}-token blocks"
+            )
+        console.print(line)
+    for run in r.engines:
+        extra = []
+        if run.peak_pinned_bytes is not None:
+            extra.append(f"peak pinned {fmt.byte_size(run.peak_pinned_bytes)}")
+        extra.append(f"peak running {run.peak_running}")
+        if run.wait_s.p90 is not None:
+            extra.append(f"wait p90 {fmt.duration(run.wait_s.p90)}")
+        if run.counters:
+            extra.append(
+                ", ".join(f"{k.replace('_', ' ')} {fmt.tokens(v)}" for k, v in run.counters.items())
+            )
+        console.print(f"[dim]{run.engine}: " + " · ".join(extra) + "[/]")
+    for run in r.engines:
+        v = run.vs_reported
+        if v is not None:
+            console.print(
+                f"{run.engine} vs engine-reported cached tokens ({fmt.count(v.num_requests)} requests): "
+                f"predicted {fmt.percent(v.predicted_hit_ratio)}, reported {fmt.percent(v.observed_hit_ratio)}, "
+                f"mean |error| {v.mean_abs_error_tokens:.1f} tokens"
+            )
+    if r.sweep:
+        s = Table(
+            title="Hit ratio vs KV capacity",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+        )
+        s.add_column("capacity", justify="right")
+        for curve in r.sweep:
+            s.add_column(curve.engine, justify="right")
+        for i, cap in enumerate(r.sweep[0].capacity_tokens):
+            s.add_row(
+                f"{fmt.tokens(cap)} tokens",
+                *[
+                    fmt.percent(c.hit_ratio[i])
+                    + (f" ({c.num_rejected[i]} rej.)" if c.num_rejected[i] else "")
+                    for c in r.sweep
+                ],
+            )
+        console.print(s)
+    for note in r.notes:
+        console.print(f"[dim]note: {note}[/]")

@@ -1,0 +1,291 @@
+"""The HTML report of ``kvroute simulate``: engines against the ideal, then each measure."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kvroute.cache.result import SimulationResult
+from kvroute.report import fmt
+from kvroute.report.html import (
+    Block,
+    Callout,
+    CalloutKind,
+    Chart,
+    DefinitionList,
+    KeyValues,
+    Page,
+    Paragraph,
+    Section,
+    Table,
+    write_page,
+)
+from kvroute.report.simulate_console import capacity_line
+from kvroute.report.svg import Bars, RefLine, Series, bar_chart, line_chart
+
+MODELS: tuple[tuple[str, str], ...] = (
+    (
+        "llama.cpp (llamacpp)",
+        "llama.cpp server as vendored in llama-cpp-python 0.3.36: --parallel slots sharing -c tokens; a request "
+        "takes the idle slot whose tokens share the largest fraction of its prompt (above "
+        "--slot-prompt-similarity, 0.10), else the least recently used one, and reuses the longest common "
+        "prefix with it; the --cache-ram host prompt cache saves and restores whole slots.",
+    ),
+    (
+        "vLLM (vllm)",
+        "vLLM V1 automatic prefix caching: 16-token blocks keyed by chained hashes, full blocks only, hits capped "
+        "at prompt length - 1 and block aligned, blocks of running requests pinned by reference counts, freed "
+        "blocks appended to an LRU free queue tail-first, eviction when a block is reallocated.",
+    ),
+    (
+        "SGLang (sglang)",
+        "SGLang RadixAttention: a radix tree of tokens (page size 1) or pages, hits capped at prompt length - 1, "
+        "running paths locked, prompt inserted at prefill and prompt + output at finish, LRU leaf eviction "
+        "cascading to parents; FCFS or cache-aware LPM scheduling.",
+    ),
+)
+
+DEFINITIONS: tuple[tuple[str, str], ...] = (
+    (
+        "Hit ratio",
+        "Prompt tokens the engine serves from its prefix cache over all prompt tokens of the trace "
+        "(a rejected request counts as a miss).",
+    ),
+    (
+        "Ideal",
+        "What an infinite cache that never evicts would serve (kvroute analyze): token level for token "
+        "traces, block level for hash-only traces. Engines also recompute the last prompt token, so they "
+        "stay slightly below it even with unbounded memory.",
+    ),
+    ("Computed / cached", "Prompt tokens prefilled vs served from cache, over admitted requests."),
+    (
+        "Evicted",
+        "Cached tokens dropped from the KV pool to make room. For llama.cpp: tokens dropped from slots "
+        "(overwritten, cleared after saving to host memory, or purged).",
+    ),
+    (
+        "Peak pinned",
+        "Most KV memory held at once by running requests (their hits, new tokens and output reservation).",
+    ),
+    (
+        "Wait",
+        "Time from arrival until the engine had room (a slot, memory, a running-request limit).",
+    ),
+)
+
+
+def _share_labels(edges: list[float]) -> list[str]:
+    return [f"{100 * lo:.0f}–{100 * hi:.0f} %" for lo, hi in itertools.pairwise(edges)]
+
+
+def simulation_page(result: SimulationResult, generated_at: datetime) -> Page:
+    r = result
+    tr = r.trace
+    engines = r.engines
+    best = max(engines, key=lambda e: e.hit_ratio) if engines else None
+    lead: list[Block] = []
+    if best is not None:
+        ideal_text = (
+            f" The ideal (infinite) cache would serve {fmt.percent(r.ideal.hit_ratio)}."
+            if r.ideal is not None
+            else ""
+        )
+        lead.append(
+            Callout(
+                CalloutKind.INFO,
+                f"{best.engine} serves the most prompt tokens from cache: {fmt.percent(best.hit_ratio)}",
+                " · ".join(f"{e.engine} {fmt.percent(e.hit_ratio)}" for e in engines)
+                + "."
+                + ideal_text,
+            )
+        )
+    lead.append(
+        KeyValues(
+            [
+                ("trace", f"{tr.path} ({tr.format})"),
+                ("requests", fmt.count(tr.num_requests)),
+                ("prompt tokens", fmt.count(tr.prompt_tokens)),
+                (
+                    "prompts known as",
+                    tr.prompt_form
+                    + (f", tokenizer {tr.tokenizer}" if tr.tokenizer else "")
+                    + (f", {tr.block_size_tokens}-token blocks" if tr.block_size_tokens else ""),
+                ),
+                ("KV pool", capacity_line(r)),
+                ("arrivals", r.replay.arrivals),
+                (
+                    "run times",
+                    f"{fmt.count(r.replay.num_trace_run_times)} from the trace; others "
+                    f"{r.replay.prefill_tokens_per_s:,.0f} prefill tok/s + {r.replay.decode_tokens_per_s:,.0f} decode tok/s",
+                ),
+                ("simulation time", fmt.duration(r.elapsed_s)),
+            ]
+        )
+    )
+    for note in r.notes:
+        lead.append(Callout(CalloutKind.WARN, "Note", note))
+
+    names = [e.engine for e in engines]
+    bars = [(e.engine, e.hit_ratio) for e in engines]
+    refs = []
+    if r.ideal is not None:
+        bars.append((f"ideal ({r.ideal.granularity})", r.ideal.hit_ratio))
+        refs.append(RefLine(r.ideal.hit_ratio, "ideal"))
+    rows = [
+        [
+            e.engine,
+            fmt.percent(e.hit_ratio),
+            fmt.count(e.cached_tokens),
+            fmt.count(e.computed_tokens),
+            fmt.percent(e.share_requests_with_hit),
+            fmt.tokens(e.evicted_tokens),
+            fmt.tokens(e.peak_pinned_tokens)
+            + ("" if e.peak_pinned_bytes is None else f" ({fmt.byte_size(e.peak_pinned_bytes)})"),
+            str(e.peak_running),
+            fmt.count(e.num_rejected),
+            "n/a" if e.wait_s.p90 is None else fmt.duration(e.wait_s.p90),
+        ]
+        for e in engines
+    ]
+    hit_sec = Section(
+        "Hit ratio by engine",
+        [
+            Chart(
+                bar_chart(
+                    [b[0] for b in bars],
+                    [b[1] for b in bars],
+                    title="Prompt tokens served from the prefix cache",
+                    x_label="engine",
+                    y_label="hit ratio",
+                    percent=True,
+                    horizontal=True,
+                )
+            ),
+            Table(
+                [
+                    "engine",
+                    "hit ratio",
+                    "cached tokens",
+                    "computed tokens",
+                    "requests with a hit",
+                    "evicted",
+                    "peak pinned",
+                    "peak running",
+                    "rejected",
+                    "wait p90",
+                ],
+                rows,
+            ),
+        ],
+    )
+    per_req: list[Block] = []
+    if engines and engines[0].per_request_hit.count:
+        edges = engines[0].per_request_hit.hist_edges
+        per_req.append(
+            Chart(
+                bar_chart(
+                    _share_labels(edges),
+                    [
+                        Bars(
+                            e.engine,
+                            [
+                                c / max(e.per_request_hit.count, 1)
+                                for c in e.per_request_hit.hist_counts
+                            ],
+                        )
+                        for e in engines
+                    ],
+                    title="Share of each prompt served from cache",
+                    x_label="cached share of the prompt",
+                    y_label="share of requests",
+                    percent=True,
+                )
+            )
+        )
+    else:
+        per_req.append(Paragraph("No admitted requests."))
+    prefill = Section(
+        "Prefill computed vs saved",
+        [
+            Chart(
+                bar_chart(
+                    names,
+                    [
+                        Bars("computed", [float(e.computed_tokens) for e in engines]),
+                        Bars("saved (cached)", [float(e.cached_tokens) for e in engines]),
+                    ],
+                    title="Prompt tokens prefilled and saved",
+                    x_label="engine",
+                    y_label="tokens",
+                )
+            )
+        ],
+    )
+    memory = Section(
+        "Memory and evictions",
+        [
+            Chart(
+                bar_chart(
+                    names,
+                    [
+                        Bars("evicted tokens", [float(e.evicted_tokens) for e in engines]),
+                        Bars("peak pinned tokens", [float(e.peak_pinned_tokens) for e in engines]),
+                    ],
+                    title="Evicted tokens and peak pinned memory",
+                    x_label="engine",
+                    y_label="tokens",
+                )
+            ),
+            *[
+                Paragraph(
+                    f"{e.engine} counters: "
+                    + ", ".join(
+                        f"{k.replace('_', ' ')} {fmt.count(v)}" for k, v in e.counters.items()
+                    )
+                )
+                for e in engines
+                if e.counters
+            ],
+        ],
+    )
+    sections = [hit_sec, Section("Per-request hits", per_req), prefill, memory]
+    if r.sweep:
+        sections.append(
+            Section(
+                "Hit ratio vs KV capacity",
+                [
+                    Paragraph(
+                        "Each engine replayed at each KV pool size; the dashed line is the ideal cache."
+                    ),
+                    Chart(
+                        line_chart(
+                            [Series(c.engine, c.capacity_tokens, c.hit_ratio) for c in r.sweep],
+                            title="Hit ratio vs KV capacity",
+                            x_label="capacity (tokens)",
+                            y_label="hit ratio",
+                            log_x=True,
+                            percent_y=True,
+                            y_min=0,
+                            hlines=refs,
+                        )
+                    ),
+                ],
+            )
+        )
+    sections.append(Section("What each model follows", [DefinitionList(MODELS)]))
+    sections.append(Section("Definitions", [DefinitionList(DEFINITIONS)]))
+    return Page(
+        title="kvroute simulate: engine prefix caches on your trace",
+        subtitle=tr.path,
+        lead=lead,
+        sections=sections,
+        generated_at=generated_at,
+    )
+
+
+def write_simulation_page(
+    result: SimulationResult, path: Path, generated_at: datetime | None = None
+) -> None:
+    """Render and write the report atomically (an existing file is replaced only on success)."""
+    write_page(simulation_page(result, generated_at or datetime.now(UTC)), path)

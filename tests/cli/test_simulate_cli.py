@@ -1,0 +1,177 @@
+"""``kvroute simulate`` end to end through the real CLI (hash-only and tokenized traces),
+and its bad-input paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kvroute.cli import main
+
+
+def run(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
+    # Registered here until cli/main.py lists the command (then this is a no-op).
+    monkeypatch.setitem(
+        main.COMMANDS,
+        "simulate",
+        main.COMMANDS.get("simulate", ("kvroute.cli.simulate", "simulate_cmd", "simulate")),
+    )
+    result = CliRunner().invoke(main.build_cli(), list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture(scope="module")
+def mooncake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Mooncake-style hash-only trace: shared system blocks, follow-up turns."""
+    path = tmp_path_factory.mktemp("trace") / "mooncake.jsonl"
+    lines = []
+    next_id = 100
+    prev: list[int] = []
+    for i in range(150):
+        system = [1, 2, 3] if i % 2 else [7, 8]
+        ids = system + list(range(next_id, next_id + 1 + i % 4))
+        next_id += 1 + i % 4
+        if i % 5 == 0 and i:
+            ids = [*prev, next_id]  # a follow-up turn of the previous request
+            next_id += 1
+        prev = ids
+        lines.append(
+            json.dumps(
+                {
+                    "timestamp": i * 200,
+                    "input_length": len(ids) * 512 - 100,
+                    "output_length": 40,
+                    "hash_ids": ids,
+                }
+            )
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_hash_only_trace_json_html_and_sweep(
+    monkeypatch: pytest.MonkeyPatch, mooncake: Path, tmp_path: Path
+) -> None:
+    out_json, out_html = tmp_path / "s.json", tmp_path / "s.html"
+    code, out, err = run(
+        monkeypatch,
+        "simulate",
+        str(mooncake),
+        "--capacity-tokens",
+        "16k",
+        "--sweep-sizes",
+        "8k,64k",
+        "--json",
+        str(out_json),
+        "--html",
+        str(out_html),
+    )
+    assert code == 0, err
+    assert "Prefix cache by engine" in out and "ideal cache" in out
+    r = json.loads(out_json.read_text())
+    assert r["schema"] == "kvroute.simulate/1"
+    assert r["trace"]["prompt_form"] == "block_hashes" and r["trace"]["block_size_tokens"] == 512
+    assert r["capacity"]["tokens"] == 16000 and r["capacity"]["source"] == "tokens"
+    assert [e["engine"] for e in r["engines"]] == ["llamacpp", "vllm", "sglang"]
+    for e in r["engines"]:
+        assert e["unit_tokens"] == 512 and 0 <= e["hit_ratio"] <= 1
+        assert e["cached_tokens"] + e["computed_tokens"] <= e["prompt_tokens"]
+        assert e["per_request_hit"]["count"] == e["num_admitted"]
+    assert [c["capacity_tokens"] for c in r["sweep"]] == [[8000, 64000]] * 3
+    assert r["ideal"]["granularity"] == "block"
+    html = out_html.read_text()
+    assert html.startswith("<!DOCTYPE html>") and html.count("<svg") >= 4
+    assert "Hit ratio vs KV capacity" in html
+
+
+def test_unbounded_matches_the_ideal_without_outputs(
+    monkeypatch: pytest.MonkeyPatch, mooncake: Path
+) -> None:
+    code, out, err = run(
+        monkeypatch,
+        "simulate",
+        str(mooncake),
+        "--capacity-tokens",
+        "inf",
+        "--no-cache-outputs",
+        "--engines",
+        "vllm,sglang",
+        "--json",
+        "-",
+        "-q",
+    )
+    assert code == 0, err
+    r = json.loads(out)
+    ideal = r["ideal"]
+    vllm, sglang = r["engines"]
+    assert vllm["capacity_tokens"] is None and vllm["evicted_tokens"] == 0
+    # Each engine recomputes at most one token (SGLang) or one block (vLLM) per request.
+    assert 0 <= ideal["reusable_tokens"] - sglang["cached_tokens"] <= r["trace"]["num_requests"]
+    assert (
+        0
+        <= ideal["block_reusable_tokens"] - vllm["cached_tokens"]
+        <= 512 * r["trace"]["num_requests"]
+    )
+
+
+def test_tokenized_log_with_model_sized_pool(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    sample = tmp_path / "sample.jsonl"
+    assert run(monkeypatch, "sample", str(sample), "-n", "120")[0] == 0
+    code, out, err = run(
+        monkeypatch,
+        "simulate",
+        str(sample),
+        "--workers",
+        "1",
+        "--model",
+        "smollm2-135m",
+        "--gpu",
+        "1GiB",
+        "--gpu-util",
+        "0.5",
+        "--overhead-gib",
+        "0.1",
+        "--json",
+        "-",
+        "-q",
+    )
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["trace"]["prompt_form"] == "tokens" and r["trace"]["tokenizer"]
+    cap = r["capacity"]
+    assert cap["source"] == "model_and_gpu" and cap["kv_bytes_per_token"] == 23040
+    assert (
+        cap["tokens"]
+        == (cap["gpu_memory_bytes"] // 2 - cap["weight_bytes"] - cap["overhead_bytes"]) // 23040
+    )
+    assert r["engines"][1]["unit_tokens"] == 16 and r["engines"][2]["unit_tokens"] == 1
+    assert r["engines"][0]["peak_pinned_bytes"] == r["engines"][0]["peak_pinned_tokens"] * 23040
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--engines", "vllm,trtllm"], "valid: llamacpp, sglang, vllm"),
+        (["--capacity-tokens", "lots"], "cannot read capacity"),
+        (["--capacity-tokens", "1k", "--gpu", "h100-80gb"], "--gpu sizes the pool"),
+        (["--model", "gpt-9"], "unknown model"),
+        (["--sweep-sizes", "0"], "positive sizes"),
+    ],
+)
+def test_usage_errors(
+    monkeypatch: pytest.MonkeyPatch, mooncake: Path, args: list[str], message: str
+) -> None:
+    code, _, err = run(monkeypatch, "simulate", str(mooncake), *args)
+    assert code == 2 and message in err
+
+
+def test_missing_trace_is_an_input_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    code, _, err = run(
+        monkeypatch, "simulate", str(tmp_path / "nope.jsonl"), "--capacity-tokens", "1k"
+    )
+    assert code == 3 and "error:" in err
