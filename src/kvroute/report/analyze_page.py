@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import itertools
 from datetime import UTC, datetime
 from pathlib import Path
 
 from kvroute.analyze.result import AnalysisResult, VerdictLevel
-from kvroute.stats import Distribution
 from kvroute.report import fmt
+from kvroute.report.dist_blocks import cdf_block, histogram_block
 from kvroute.report.html import (
     Block,
     Callout,
@@ -70,55 +69,8 @@ def _tok(v: float | None) -> str:
     return "n/a" if v is None else fmt.tokens(v)
 
 
-def _hist(d: Distribution, title: str, x_label: str, *, percent_x: bool = False) -> Block:
-    if not d.count:
-        return Paragraph(f"{title}: no data in this trace.")
-    edges = d.hist_edges
-    if percent_x:
-        labels = [
-            f"{100 * lo:.0f}–{100 * hi:.0f} %" for lo, hi in itertools.pairwise(edges)
-        ]
-        return Chart(
-            bar_chart(
-                labels,
-                [c / d.count for c in d.hist_counts],
-                title=title,
-                x_label=x_label,
-                y_label="share of requests",
-                percent=True,
-            )
-        )
-    return Chart(
-        histogram(
-            edges,
-            [c / d.count for c in d.hist_counts],
-            title=title,
-            x_label=x_label,
-            y_label="share",
-            percent=True,
-        )
-    )
-
-
-def _cdf(d: Distribution, title: str, x_label: str, name: str) -> Block:
-    if not d.count:
-        return Paragraph(f"{title}: no data.")
-    return Chart(
-        line_chart(
-            [Series(name, d.cdf_x, d.cdf_y, shape=Shape.STEP)],
-            title=title,
-            x_label=x_label,
-            y_label="share of requests ≤ x",
-            percent_y=True,
-            y_min=0,
-            y_max=1,
-        )
-    )
-
-
-def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
-    r = result
-    ov, tr, sh, se, ru, pw = r.overlap, r.trace, r.shape, r.sessions, r.reuse, r.pairwise
+def _lead(r: AnalysisResult) -> list[Block]:
+    ov, tr = r.overlap, r.trace
     lead: list[Block] = [
         Callout(_VERDICT_KIND[r.verdict.level], r.verdict.headline, " ".join(r.verdict.reasons)),
         KeyValues(
@@ -148,6 +100,11 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
             ]
         ),
     ]
+    return lead
+
+
+def _overlap_section(r: AnalysisResult) -> Section:
+    ov = r.overlap
     bars = [
         (
             "ideal, token level" if ov.granularity.value == "token" else "ideal, block level",
@@ -178,20 +135,26 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
                     horizontal=True,
                 )
             ),
-            _hist(
+            histogram_block(
                 ov.per_request_hit,
                 "Per-request reusable share of the prompt",
                 "reusable share",
                 percent_x=True,
             ),
-            _cdf(ov.lcp_tokens, "LCP with any earlier request (CDF)", "tokens", "LCP"),
+            cdf_block(ov.lcp_tokens, "LCP with any earlier request (CDF)", "tokens", "LCP"),
         ],
     )
+    return overlap_sec
+
+
+def _groups_section(r: AnalysisResult) -> Section:
     rows = [
         [
             str(g.rank),
             fmt.count(g.num_requests),
-            "< 1 block" if g.sub_block else f"{fmt.count(g.start_tokens)}–{fmt.count(g.prefix_tokens)}",
+            "< 1 block"
+            if g.sub_block
+            else f"{fmt.count(g.start_tokens)}–{fmt.count(g.prefix_tokens)}",
             fmt.tokens(g.tokens_saved),
             fmt.percent(g.share_of_reuse),
             " ".join((g.preview_head or "—").split())[:160],
@@ -233,6 +196,11 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
                 )
             )
         )
+    return Section("Shared prefixes", group_blocks)
+
+
+def _pairs_section(r: AnalysisResult) -> Section:
+    pw = r.pairwise
     pair_blocks: list[Block] = [
         Paragraph(
             f"{fmt.count(pw.num_pairs)} pairs from a uniform sample of {fmt.count(pw.num_requests_sampled)} requests; "
@@ -242,8 +210,15 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
                 else "too few requests."
             )
         ),
-        _hist(pw.lcp_share, "Pairwise LCP over the shorter prompt", "LCP share", percent_x=True),
+        histogram_block(
+            pw.lcp_share, "Pairwise LCP over the shorter prompt", "LCP share", percent_x=True
+        ),
     ]
+    return Section("Requests two by two", pair_blocks)
+
+
+def _sessions_section(r: AnalysisResult) -> Section:
+    se = r.sessions
     sess_blocks: list[Block]
     if se.num_sessions:
         sess_blocks = [
@@ -271,16 +246,21 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
                     ),
                 ]
             ),
-            _hist(
+            histogram_block(
                 se.continuation_share,
                 "How much of a follow-up prompt is the previous turn",
                 "continuation share",
                 percent_x=True,
             ),
-            _hist(se.turns_per_session, "Turns per session", "turns"),
+            histogram_block(se.turns_per_session, "Turns per session", "turns"),
         ]
     else:
         sess_blocks = [Paragraph("No session ids in this trace, so turns cannot be linked.")]
+    return Section("Multi-turn sessions", sess_blocks)
+
+
+def _reuse_section(r: AnalysisResult) -> Section:
+    ru = r.reuse
     reuse_blocks: list[Block] = [
         Paragraph(
             "How much KV memory catches the reuse: hit ratio of an ideal LRU block cache by capacity. "
@@ -327,6 +307,11 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
                 )
             )
         )
+    return Section("KV capacity and reuse distance", reuse_blocks)
+
+
+def _shape_section(r: AnalysisResult) -> Section:
+    sh = r.shape
     shape_blocks: list[Block] = [
         KeyValues(
             [
@@ -366,8 +351,8 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
                 percent=True,
             )
         ),
-        _hist(sh.prompt_tokens, "Prompt length", "tokens"),
-        _hist(sh.output_tokens, "Output length", "tokens"),
+        histogram_block(sh.prompt_tokens, "Prompt length", "tokens"),
+        histogram_block(sh.output_tokens, "Output length", "tokens"),
     ]
     if sh.arrivals is not None:
         a = sh.arrivals
@@ -383,17 +368,22 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
                 )
             )
         )
+    return Section("Traffic shape", shape_blocks)
+
+
+def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
+    """The whole report: verdict and summary first, then one section per measure."""
     return Page(
         title="kvroute analyze: prefix overlap report",
-        subtitle=tr.path,
-        lead=lead,
+        subtitle=result.trace.path,
+        lead=_lead(result),
         sections=[
-            overlap_sec,
-            Section("Shared prefixes", group_blocks),
-            Section("Requests two by two", pair_blocks),
-            Section("Multi-turn sessions", sess_blocks),
-            Section("KV capacity and reuse distance", reuse_blocks),
-            Section("Traffic shape", shape_blocks),
+            _overlap_section(result),
+            _groups_section(result),
+            _pairs_section(result),
+            _sessions_section(result),
+            _reuse_section(result),
+            _shape_section(result),
             Section("Definitions", [DefinitionList(DEFINITIONS)]),
         ],
         generated_at=generated_at,

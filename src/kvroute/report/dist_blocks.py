@@ -1,0 +1,54 @@
+"""Report blocks for a :class:`~kvroute.stats.Distribution`: a histogram or a CDF chart,
+or a sentence saying there is no data. Shared by the analyze, simulate and bench reports."""
+
+from __future__ import annotations
+
+import itertools
+
+from kvroute.report.html import Block, Chart, Paragraph
+from kvroute.report.svg import Series, Shape, bar_chart, histogram, line_chart
+from kvroute.stats import Distribution
+
+
+def histogram_block(d: Distribution, title: str, x_label: str, *, percent_x: bool = False) -> Block:
+    if not d.count:
+        return Paragraph(f"{title}: no data in this trace.")
+    edges = d.hist_edges
+    if percent_x:
+        labels = [f"{100 * lo:.0f}–{100 * hi:.0f} %" for lo, hi in itertools.pairwise(edges)]
+        return Chart(
+            bar_chart(
+                labels,
+                [c / d.count for c in d.hist_counts],
+                title=title,
+                x_label=x_label,
+                y_label="share of requests",
+                percent=True,
+            )
+        )
+    return Chart(
+        histogram(
+            edges,
+            [c / d.count for c in d.hist_counts],
+            title=title,
+            x_label=x_label,
+            y_label="share",
+            percent=True,
+        )
+    )
+
+
+def cdf_block(d: Distribution, title: str, x_label: str, name: str) -> Block:
+    if not d.count:
+        return Paragraph(f"{title}: no data.")
+    return Chart(
+        line_chart(
+            [Series(name, d.cdf_x, d.cdf_y, shape=Shape.STEP)],
+            title=title,
+            x_label=x_label,
+            y_label="share of requests ≤ x",
+            percent_y=True,
+            y_min=0,
+            y_max=1,
+        )
+    )
