@@ -30,9 +30,9 @@ from kvroute.analyze.result import (
 from kvroute.analyze.reuse import ReuseTracker
 from kvroute.analyze.sessions import SessionTracker
 from kvroute.analyze.shape import shape_of
-from kvroute.stats import describe
 from kvroute.analyze.verdict import verdict_for
 from kvroute.errors import EmptyTraceError, InputError
+from kvroute.stats import describe
 from kvroute.trace.hashing import DEFAULT_SEED, chain_hashes_batch, rechain_ids
 from kvroute.trace.records import BlockPrompt, ChatPrompt, Request, TokenPrompt
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvroute.stats import Distribution
 from kvroute.cache.capacity import Capacity
 from kvroute.cache.compare import CachedTokensComparison
+from kvroute.stats import Distribution
 from kvroute.types import JSONValue
 
 SCHEMA = "kvroute.simulate/1"

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvroute.stats import describe
 from kvroute.cache.base import CacheGeometry
 from kvroute.cache.capacity import Capacity
 from kvroute.cache.compare import compare_cached_tokens
@@ -33,6 +32,7 @@ from kvroute.cache.result import (
 from kvroute.cache.seq import final_tokens, trace_block_size
 from kvroute.cache.timing import ArrivalSource, Schedule, TimingOptions, plan
 from kvroute.errors import EmptyTraceError
+from kvroute.stats import describe
 from kvroute.trace.records import Request
 from kvroute.types import JSONValue
 
