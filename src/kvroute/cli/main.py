@@ -72,6 +72,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "simulate_cmd",
         "Predict what llama.cpp, vLLM and SGLang would cache on a trace, at a KV capacity.",
     ),
+    "bench": (
+        "kvroute.cli.bench",
+        "bench_group",
+        "Benchmark endpoints with workload-shaped load, side by side.",
+    ),
     "engines": (
         "kvroute.cli.engines",
         "engines_group",

@@ -1,0 +1,335 @@
+"""Sending a schedule: the dispatch loop, closed-loop users, dependencies, shards.
+
+One shard is one asyncio loop in one process, sending a subset of the schedule to
+every endpoint of the step at once (one endpoint in a sequential comparison, all of
+them in a concurrent one). Open loop: a dispatcher sleeps until each request's
+absolute deadline ``t0 + offset`` and starts it; a request that follows another
+(``depends_on``) waits for that one's end plus its think time instead, and is
+measured from then. Closed loop: ``users`` coroutines each take the next request of
+the shard, send it, wait for its end and a think time, and repeat.
+
+Nothing runs past ``deadline``: later requests are recorded as not sent and requests
+in flight are cut off (:class:`~kvroute.bench.record.ErrorKind` ``RUN_DEADLINE``).
+
+Shards split a schedule by dependency chain (a session stays in one shard) and run in
+forked processes when ``workers > 1``, all sharing one ``t0`` on the system-wide
+monotonic clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import multiprocessing
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from typing import Any
+
+from kvroute.bench.client import InFlight, Prepared, Timeouts, begin, send
+from kvroute.bench.http1 import ConnectionPool, Target
+from kvroute.bench.record import Outcome, RequestRecord
+from kvroute.bench.schedule import Slot
+
+clock = time.monotonic
+"""The clock every time here is read from: system-wide, so shards in other processes agree."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One endpoint's part of a shard: where to send, and each request's bytes by index."""
+
+    target: Target
+    prepared: dict[int, Prepared]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardPlan:
+    slots: tuple[Slot, ...]
+    """This shard's slots, in schedule order."""
+    depends_on: dict[int, int]
+    """request index -> the request whose end it waits for."""
+    follow_think_s: dict[int, float]
+    """request index -> pause after its dependency ends."""
+    users: int | None
+    """Closed-loop users in this shard; None for an open loop."""
+    max_duration_s: float
+    timeouts: Timeouts
+    max_connections: int = 1024
+    prewarm: int = 0
+    t0: float = 0.0
+    """Set when every shard is ready (:func:`run_sharded`); with it ``deadline`` and
+    ``timeouts.deadline``."""
+    deadline: float = 0.0
+
+    def starting_at(self, t0: float) -> ShardPlan:
+        deadline = t0 + self.max_duration_s
+        return replace(
+            self, t0=t0, deadline=deadline, timeouts=replace(self.timeouts, deadline=deadline)
+        )
+
+
+StartFn = Callable[[], float]
+"""Called once a shard is ready to send (connections open); returns the common ``t0``."""
+
+
+class _EndpointRun:
+    """One endpoint's records and connections within a shard."""
+
+    def __init__(self, job: Job, plan: ShardPlan, waited_on: set[int]) -> None:
+        self.job = job
+        self.plan = plan
+        self.pool = ConnectionPool(job.target, clock, max_connections=plan.max_connections)
+        self.records: dict[int, RequestRecord] = {}
+        loop = asyncio.get_running_loop()
+        self.ended: dict[int, asyncio.Future[None]] = {i: loop.create_future() for i in waited_on}
+
+    async def send(self, index: int, scheduled_s: float) -> RequestRecord:
+        plan = self.plan
+        rec = RequestRecord(index=index, scheduled_s=scheduled_s)
+        self.records[index] = rec
+        if plan.t0 + scheduled_s >= plan.deadline:
+            rec.outcome = Outcome.NOT_SENT
+        else:
+            await send(
+                self.pool,
+                self.job.prepared[index],
+                rec,
+                clock=clock,
+                t0=plan.t0,
+                timeouts=plan.timeouts,
+            )
+        fut = self.ended.get(index)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        return rec
+
+    def dispatch(self, index: int, scheduled_s: float) -> asyncio.Task[object]:
+        """Start ``index`` now: written in this loop step when a connection is idle."""
+        plan = self.plan
+        rec = RequestRecord(index=index, scheduled_s=scheduled_s)
+        self.records[index] = rec
+        started = begin(
+            self.pool,
+            self.job.prepared[index],
+            rec,
+            clock=clock,
+            t0=plan.t0,
+            timeouts=plan.timeouts,
+        )
+        return asyncio.create_task(self._complete(rec, started))
+
+    async def _complete(self, rec: RequestRecord, started: InFlight | None) -> RequestRecord:
+        plan = self.plan
+        await send(
+            self.pool,
+            self.job.prepared[rec.index],
+            rec,
+            clock=clock,
+            t0=plan.t0,
+            timeouts=plan.timeouts,
+            started=started,
+        )
+        fut = self.ended.get(rec.index)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+        return rec
+
+    async def after_dependency(self, index: int, earliest_s: float) -> None:
+        """Send ``index`` once its dependency has ended (or mark it not sent)."""
+        plan = self.plan
+        dep = plan.depends_on[index]
+        fut = self.ended.get(dep)
+        if fut is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), max(0.0, plan.deadline - clock()))
+            except TimeoutError:
+                self.records[index] = RequestRecord(
+                    index=index, scheduled_s=earliest_s, outcome=Outcome.NOT_SENT
+                )
+                return
+        dep_rec = self.records.get(dep)
+        dep_end = (
+            dep_rec.end_s
+            if dep_rec is not None and dep_rec.end_s is not None
+            else clock() - plan.t0
+        )
+        intended = max(earliest_s, dep_end + plan.follow_think_s.get(index, 0.0))
+        await _sleep_until(plan.t0 + intended)
+        await self.send(index, intended)
+
+
+async def _sleep_until(at: float) -> None:
+    delay = at - clock()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+async def _open_loop(runs: list[_EndpointRun], plan: ShardPlan) -> list[asyncio.Task[object]]:
+    tasks: list[asyncio.Task[object]] = []
+    for slot in plan.slots:
+        index, offset = slot.request_index, slot.offset_s or 0.0
+        if plan.t0 + offset >= plan.deadline:
+            break
+        if index in plan.depends_on:
+            tasks += [asyncio.create_task(r.after_dependency(index, offset)) for r in runs]
+            continue
+        await _sleep_until(plan.t0 + offset)
+        tasks += [r.dispatch(index, offset) for r in runs]
+    return tasks
+
+
+async def _closed_loop(run: _EndpointRun, plan: ShardPlan) -> None:
+    slots = iter(plan.slots)
+
+    async def user() -> None:
+        free_at = 0.0
+        for slot in slots:
+            index = slot.request_index
+            intended = free_at + slot.think_s if free_at > 0 else 0.0
+            if index in plan.depends_on:
+                await run.after_dependency(index, intended)
+                rec = run.records[index]
+            else:
+                await _sleep_until(plan.t0 + intended)
+                rec = await run.send(index, max(intended, 0.0))
+            if rec.outcome is Outcome.NOT_SENT:
+                return
+            free_at = rec.end_s if rec.end_s is not None else clock() - plan.t0
+
+    await asyncio.gather(*(user() for _ in range(plan.users or 1)))
+
+
+async def _shard(jobs: Sequence[Job], plan: ShardPlan, start: StartFn) -> list[list[RequestRecord]]:
+    waited_on = set(plan.depends_on.values())
+    runs = [_EndpointRun(job, plan, waited_on) for job in jobs]
+    if plan.prewarm:
+        await asyncio.gather(*(r.pool.prewarm(plan.prewarm) for r in runs))
+    plan = plan.starting_at(start())
+    for run in runs:
+        run.plan = plan
+    await _sleep_until(plan.t0)
+    if plan.users is None:
+        tasks = await _open_loop(runs, plan)
+        if tasks:
+            await asyncio.wait(tasks)
+    else:
+        await asyncio.gather(*(_closed_loop(r, plan) for r in runs))
+    out = []
+    for run in runs:
+        run.pool.close()
+        for slot in plan.slots:
+            if slot.request_index not in run.records:
+                scheduled = slot.offset_s if slot.offset_s is not None else plan.deadline - plan.t0
+                run.records[slot.request_index] = RequestRecord(
+                    index=slot.request_index, scheduled_s=scheduled, outcome=Outcome.NOT_SENT
+                )
+        out.append([run.records[s.request_index] for s in plan.slots])
+    return out
+
+
+def run_shard(
+    jobs: Sequence[Job], plan: ShardPlan, *, margin_s: float = 0.02
+) -> list[list[RequestRecord]]:
+    """Send one shard in this process, starting ``margin_s`` after it is ready; one
+    list of records per job, in the shard's slot order."""
+    return asyncio.run(_shard(jobs, plan, lambda: clock() + margin_s))
+
+
+@contextmanager
+def quiet_gc() -> Iterator[None]:
+    """The cyclic garbage collector off for a run, everything allocated before it frozen.
+
+    A collection over the prepared requests (and whatever else the process holds) is
+    a pause of tens of milliseconds that would show as dispatch delay; a run is
+    bounded and its requests free their objects by reference counting. Enter it
+    before taking ``t0``: forked shards inherit the state.
+    """
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
+
+
+def chain_roots(num: int, depends_on: dict[int, int]) -> list[int]:
+    """The first request of each request's dependency chain (itself when it has none)."""
+    roots = list(range(num))
+    for i in range(num):
+        dep = depends_on.get(i)
+        if dep is not None:
+            roots[i] = roots[dep]  # dependencies point backwards: the root is known
+    return roots
+
+
+def split(slots: Sequence[Slot], roots: Sequence[int], num_shards: int) -> list[tuple[Slot, ...]]:
+    """Slots by shard: a whole dependency chain goes to one shard; order is kept."""
+    shards: list[list[Slot]] = [[] for _ in range(num_shards)]
+    for slot in slots:
+        shards[roots[slot.request_index] % num_shards].append(slot)
+    return [tuple(s) for s in shards]
+
+
+def run_sharded(
+    jobs_by_shard: Sequence[Sequence[Job]], plans: Sequence[ShardPlan], *, margin_s: float = 0.02
+) -> list[list[list[RequestRecord]]]:
+    """Run shards, in forked processes when there is more than one.
+
+    Each child opens its connections, says it is ready, and waits for the common
+    ``t0``, which is taken only once every shard is ready: a slow fork on a busy
+    machine delays the start, never the schedule.
+    """
+    if len(plans) == 1:
+        return [run_shard(jobs_by_shard[0], plans[0], margin_s=margin_s)]
+    ctx = multiprocessing.get_context("fork")
+    links, procs = [], []
+    try:
+        for jobs, plan in zip(jobs_by_shard, plans, strict=True):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_child, args=(child, jobs, plan), daemon=True)
+            proc.start()
+            child.close()
+            links.append(parent)
+            procs.append(proc)
+        for link in links:
+            _expect(link, "ready")
+        t0 = clock() + margin_s
+        for link in links:
+            link.send(t0)
+        return [_expect(link, "records") for link in links]
+    finally:
+        for proc in procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+
+
+def _child(link: Connection, jobs: Sequence[Job], plan: ShardPlan) -> None:
+    def start() -> float:
+        link.send("ready")
+        t0: float = link.recv()
+        return t0
+
+    try:
+        link.send(asyncio.run(_shard(jobs, plan, start)))
+    except BaseException as exc:  # reported to the parent, which re-raises it
+        link.send(exc)
+    finally:
+        link.close()
+
+
+def _expect(link: Connection, what: str) -> Any:
+    try:
+        message = link.recv()
+    except EOFError:
+        raise RuntimeError(f"a bench shard process died before sending its {what}") from None
+    if isinstance(message, BaseException):
+        raise message
+    return message

@@ -1,0 +1,1 @@
+"""Workload generators: one module per traffic shape, all registered in :mod:`.registry`."""

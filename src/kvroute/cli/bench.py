@@ -1,0 +1,417 @@
+"""``kvroute bench``: workload-shaped load tests against real endpoints, side by side."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+import orjson
+from rich.console import Console
+
+from kvroute.errors import UsageError
+
+if TYPE_CHECKING:
+    from kvroute.bench.schedule import CancelSpec, Load
+
+
+def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        key, sep, value = v.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"bad {what} {v!r}", hint=f"use {what} name=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _cancel(spec: str | None) -> CancelSpec | None:
+    from kvroute.bench.schedule import CancelSpec
+
+    if spec is None:
+        return None
+    share_s, _, rng_s = spec.partition(":")
+    try:
+        share = float(share_s)
+        lo, hi = (int(x) for x in rng_s.split("-")) if rng_s else (1, 8)
+    except ValueError:
+        raise UsageError(f"bad --cancel {spec!r}", hint="SHARE[:MIN-MAX], e.g. 0.1:1-8") from None
+    return CancelSpec(share, lo, hi)
+
+
+def _loads(
+    rate: str | None,
+    concurrency: str | None,
+    trace_times: bool,
+    arrival: str,
+    burstiness: float,
+    ramp_up: float,
+    think: float,
+) -> tuple[Load, ...]:
+    from kvroute.bench.schedule import Arrival, ClosedLoop, OpenLoop, TraceTimes, parse_sweep
+
+    if sum((rate is not None, concurrency is not None, trace_times)) > 1:
+        raise UsageError("give one of --rate, --concurrency, --trace-times")
+    if trace_times:
+        return (TraceTimes(),)
+    if rate is not None:
+        return tuple(OpenLoop(r, Arrival(arrival), burstiness, ramp_up) for r in parse_sweep(rate))
+    values = parse_sweep(concurrency or "4")
+    if any(v != int(v) for v in values):
+        raise UsageError("--concurrency takes whole numbers")
+    return tuple(ClosedLoop(int(v), think) for v in values)
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+@click.group("bench", invoke_without_command=True)
+@click.option(
+    "-e",
+    "--endpoint",
+    "endpoints",
+    multiple=True,
+    help="name=URL[,engine=llamacpp|vllm|sglang][,model=M][,key=K]; repeat for side by side.",
+)
+@click.option(
+    "-w",
+    "--workload",
+    default="mix",
+    show_default=True,
+    help="A registered workload (see `kvroute bench workloads`).",
+)
+@click.option(
+    "-p", "--param", "params", multiple=True, help="Workload parameter name=value; repeatable."
+)
+@click.option("-n", "--num-requests", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the workload and the schedule."
+)
+@click.option("--tokenizer", help="A .gguf or HF tokenizer directory (default: the SmolLM2 GGUF).")
+@click.option("--rate", help="Open loop: requests/s, or a sweep: 5,10,20 / 1:64:x2 / 10:50:+10.")
+@click.option("--concurrency", help="Closed loop: users, or a sweep (default 4).")
+@click.option(
+    "--trace-times", is_flag=True, help="Send at the workload's own arrival times (replay, synth)."
+)
+@click.option(
+    "--arrival",
+    type=click.Choice(["poisson", "gamma", "constant"]),
+    default="poisson",
+    show_default=True,
+)
+@click.option(
+    "--burstiness",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Gamma shape k (CV² = 1/k); with --arrival gamma.",
+)
+@click.option(
+    "--ramp-up",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds to ramp the rate up from 0.",
+)
+@click.option(
+    "--think",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Closed loop think time, seconds.",
+)
+@click.option(
+    "--cache",
+    "cache_mode",
+    type=click.Choice(["cold", "warm", "salted"]),
+    default="cold",
+    show_default=True,
+    help="Cache before each run: reset, as left, or untouched with run-unique salted prompts.",
+)
+@click.option(
+    "--concurrent-endpoints",
+    is_flag=True,
+    help="Run all endpoints at once instead of one after another.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.001),
+    default=300.0,
+    show_default=True,
+    help="Per-request limit, seconds.",
+)
+@click.option(
+    "--ttft-timeout",
+    type=click.FloatRange(min=0.001),
+    default=60.0,
+    show_default=True,
+    help="Limit to the first token, seconds.",
+)
+@click.option(
+    "--max-duration",
+    type=click.FloatRange(min=0.1),
+    default=600.0,
+    show_default=True,
+    help="Bound on each run, seconds.",
+)
+@click.option(
+    "--cancel",
+    "cancel_spec",
+    help="Abandon a share of requests mid-stream: SHARE[:MIN-MAX chunks].",
+)
+@click.option("--slo", help="Goodput objectives, e.g. ttft=500ms,tpot=50ms,e2e=10s.")
+@click.option(
+    "--ignore-eos", is_flag=True, help="Ask engines to generate max_tokens every time (ignore_eos)."
+)
+@click.option("--no-stream", is_flag=True, help="Non-streaming requests (TTFT then equals E2E).")
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Client processes."
+)
+@click.option(
+    "--repeat",
+    "repeats",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs per step (for noise).",
+)
+@click.option(
+    "--no-overlap-check", is_flag=True, help="Skip measuring the workload's ideal prefix overlap."
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("bench.json"),
+    show_default=True,
+    help="Where to write the result (schema kvroute.bench/1).",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write an HTML report.",
+)
+@click.option("-q", "--quiet", is_flag=True)
+@click.pass_context
+def bench_group(
+    ctx: click.Context,
+    endpoints: tuple[str, ...],
+    workload: str,
+    params: tuple[str, ...],
+    num_requests: int,
+    seed: int,
+    tokenizer: str | None,
+    rate: str | None,
+    concurrency: str | None,
+    trace_times: bool,
+    arrival: str,
+    burstiness: float,
+    ramp_up: float,
+    think: float,
+    cache_mode: str,
+    concurrent_endpoints: bool,
+    timeout: float,
+    ttft_timeout: float,
+    max_duration: float,
+    cancel_spec: str | None,
+    slo: str | None,
+    ignore_eos: bool,
+    no_stream: bool,
+    workers: int,
+    repeats: int,
+    no_overlap_check: bool,
+    json_path: Path,
+    html_path: Path | None,
+    quiet: bool,
+) -> None:
+    """Benchmark ENDPOINTs with a workload shaped like real traffic.
+
+    The same pre-generated requests and schedule go to every endpoint; each engine's
+    own cache counters are read around every run. Figures are defined in docs/bench.md.
+
+    \b
+    Examples:
+      kvroute bench -e llama=http://127.0.0.1:8080 -w rag --concurrency 4
+      kvroute bench -e a=http://127.0.0.1:8080 -e b=http://127.0.0.1:8000 -w mix --rate 2,4,8 --html r.html
+      kvroute bench compare a.json b.json
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from kvroute.bench.export import analyze_workload
+    from kvroute.bench.metrics import Slo
+    from kvroute.bench.result import write_result
+    from kvroute.bench.runner import Endpoint, RunOptions, SideBySide, run_bench, workload_info
+    from kvroute.bench.scrape import CacheMode
+    from kvroute.bench.workloads.registry import generate
+    from kvroute.report.bench_console import render_result
+    from kvroute.trace.tokenizer import load_tokenizer
+
+    if not endpoints:
+        raise UsageError(
+            "no endpoint given", hint="pass -e name=http://127.0.0.1:8080 (repeat to compare)"
+        )
+    parsed = [Endpoint.parse(e) for e in endpoints]
+    options = RunOptions(
+        loads=_loads(rate, concurrency, trace_times, arrival, burstiness, ramp_up, think),
+        cache=CacheMode(cache_mode),
+        side_by_side=SideBySide.CONCURRENT if concurrent_endpoints else SideBySide.SEQUENTIAL,
+        first_token_timeout_s=ttft_timeout,
+        timeout_s=timeout,
+        max_duration_s=max_duration,
+        stream=not no_stream,
+        ignore_eos=ignore_eos,
+        workers=workers,
+        slo=Slo.parse(slo) if slo else None,
+        cancel=_cancel(cancel_spec),
+        seed=seed,
+        repeats=repeats,
+    )
+    console = Console(stderr=True)
+    tok = load_tokenizer(tokenizer)
+    param_map = _pairs(params, "--param")
+    requests = generate(workload, num_requests, tok, seed=seed, params=param_map)
+    if not requests:
+        raise UsageError(f"workload {workload} produced no request")
+    overlap = (
+        None if no_overlap_check else analyze_workload(requests, tok, tokenizer).overlap.hit_ratio
+    )
+    info = workload_info(workload, param_map, seed, tok.name, requests, overlap)
+
+    def progress(line: str) -> None:
+        if not quiet:
+            console.print(f"[dim]running {line}[/]")
+
+    result = run_bench(requests, info, parsed, options, progress=progress)
+    write_result(result, json_path)
+    if not quiet:
+        render_result(result, console)
+        console.print(f"wrote {json_path}")
+    if html_path is not None:
+        from kvroute.report.bench_page import write_bench_page
+
+        write_bench_page(result, html_path)
+        if not quiet:
+            console.print(f"wrote {html_path}")
+
+
+@bench_group.command("compare")
+@click.argument("a", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("b", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write an HTML comparison.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the differences as JSON.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
+def compare_cmd(
+    a: Path, b: Path, html_path: Path | None, json_path: Path | None, seed: int
+) -> None:
+    """Tabulate and chart the differences between two bench results A and B, with the
+    noise each difference is judged against."""
+    from kvroute.bench.compare import compare
+    from kvroute.bench.result import load_result
+    from kvroute.report.bench_console import render_comparison
+
+    ra, rb = load_result(a), load_result(b)
+    pairs = compare(ra, rb, seed=seed)
+    render_comparison(pairs, Console())
+    if json_path is not None:
+        _write(json_path, orjson.dumps(pairs, option=orjson.OPT_INDENT_2) + b"\n")
+    if html_path is not None:
+        from kvroute.report.bench_page import write_compare_page
+
+        write_compare_page(ra, rb, pairs, html_path)
+
+
+@bench_group.command("workloads")
+@click.argument("name", required=False)
+def workloads_cmd(name: str | None) -> None:
+    """List the workloads and their parameters (or one workload's)."""
+    from kvroute.bench.workloads.registry import workload_params, workload_registry
+
+    names = [name] if name else workload_registry().names()
+    for n in names:
+        cls = workload_registry().get(n)
+        doc = (cls.__doc__ or "").strip().splitlines()
+        module_doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
+        click.echo(
+            click.style(n, bold=True)
+            + "  "
+            + (module_doc[0] if module_doc else doc[0] if doc else "")
+        )
+        for p in workload_params(n):
+            click.echo(f"  {p.name:<22} {p.type_name:<6} {p.default!s:<12} {p.doc}")
+
+
+@bench_group.command("generate")
+@click.argument("workload")
+@click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("-p", "--param", "params", multiple=True, help="Workload parameter name=value.")
+@click.option("-n", "--num-requests", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--tokenizer", help="A .gguf or HF tokenizer directory (default: the SmolLM2 GGUF).")
+@click.option(
+    "--model",
+    default="SmolLM2-135M-Instruct",
+    show_default=True,
+    help="The model name in each body.",
+)
+def generate_cmd(
+    workload: str,
+    out: Path,
+    params: tuple[str, ...],
+    num_requests: int,
+    seed: int,
+    tokenizer: str | None,
+    model: str,
+) -> None:
+    """Write WORKLOAD's requests to OUT as an OpenAI request log (JSONL), which
+    `kvroute analyze` reads: check the overlap a workload was built with."""
+    from kvroute.bench.export import log_records
+    from kvroute.bench.workloads.registry import generate
+    from kvroute.trace.tokenizer import load_tokenizer
+
+    requests = generate(
+        workload,
+        num_requests,
+        load_tokenizer(tokenizer),
+        seed=seed,
+        params=_pairs(params, "--param"),
+    )
+    _write(out, b"".join(orjson.dumps(r) + b"\n" for r in log_records(requests, model=model)))
+    click.echo(f"wrote {len(requests):,} requests to {out}")
+
+
+@bench_group.command("report")
+@click.argument("result", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the HTML report.",
+)
+@click.option("--wide", is_flag=True, help="Every column in the terminal table.")
+def report_cmd(result: Path, html_path: Path | None, wide: bool) -> None:
+    """Show a saved bench result again (terminal table, optional HTML report)."""
+    from kvroute.bench.result import load_result
+    from kvroute.report.bench_console import render_result
+
+    loaded = load_result(result)
+    render_result(loaded, Console(), wide=wide)
+    if html_path is not None:
+        from kvroute.report.bench_page import write_bench_page
+
+        write_bench_page(loaded, html_path)

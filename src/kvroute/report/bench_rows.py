@@ -1,0 +1,120 @@
+"""The rows every bench report shows (terminal and HTML alike), formatted once."""
+
+from __future__ import annotations
+
+from kvroute.bench.compare import Diff
+from kvroute.bench.metrics import Stat
+from kvroute.bench.result import Run
+from kvroute.report import fmt
+
+RUN_HEADERS = (
+    "endpoint",
+    "load",
+    "cache",
+    "ok",
+    "errors",
+    "TTFT p50",
+    "TTFT p99",
+    "TPOT p50",
+    "E2E p50",
+    "E2E p99",
+    "req/s",
+    "out tok/s",
+    "rate achieved",
+    "engine hit",
+    "response hit",
+    "goodput",
+    "JSON valid",
+)
+
+
+def dur(value: float | None) -> str:
+    return "—" if value is None else fmt.duration(value)
+
+
+def pct(value: float | None) -> str:
+    return "—" if value is None else fmt.percent(value)
+
+
+def num(value: float | None) -> str:
+    return "—" if value is None else fmt.si(value)
+
+
+def stat_cells(s: Stat) -> list[str]:
+    return [dur(s.p50), dur(s.p90), dur(s.p95), dur(s.p99), dur(s.max)]
+
+
+def run_label(run: Run) -> str:
+    rep = f" #{run.repeat + 1}" if run.repeat else ""
+    return f"{run.endpoint.name} · {run.load.label}{rep}"
+
+
+def run_row(run: Run) -> list[str]:
+    s = run.summary
+    errors = s.num_errors + s.num_not_sent
+    good = "—" if s.goodput is None else f"{pct(s.goodput.share)} ({num(s.goodput.per_s)}/s)"
+    valid = (
+        "—"
+        if s.structured is None
+        else f"{pct(s.structured.valid_rate)} of {s.structured.num_requests}"
+    )
+    return [
+        run.endpoint.name,
+        run.load.label,
+        run.endpoint.cache_state,
+        fmt.count(s.num_ok),
+        fmt.count(errors),
+        dur(s.ttft_s.p50),
+        dur(s.ttft_s.p99),
+        dur(s.tpot_s.p50),
+        dur(s.e2e_s.p50),
+        dur(s.e2e_s.p99),
+        num(s.request_throughput_per_s),
+        num(s.output_token_throughput_per_s),
+        pct(s.rates.achieved_share),
+        pct(s.cache.engine_hit_rate),
+        pct(s.cache.response_hit_rate),
+        good,
+        valid,
+    ]
+
+
+def error_lines(run: Run) -> list[str]:
+    s = run.summary
+    parts = [f"{kind} {n}" for kind, n in s.errors.items()]
+    if s.num_not_sent:
+        parts.append(f"not sent {s.num_not_sent}")
+    if s.num_cancelled:
+        parts.append(f"cancelled (on purpose) {s.num_cancelled}")
+    return parts
+
+
+def diff_cells(d: Diff) -> list[str]:
+    def value(v: float | None) -> str:
+        if v is None:
+            return "—"
+        return dur(v) if d.unit == "s" else pct(v) if d.unit == "share" else f"{num(v)}/s"
+
+    def delta(v: float | None) -> str:
+        if v is None:
+            return "—"
+        sign = "+" if v >= 0 else "-"
+        return sign + value(abs(v)) if d.unit != "share" else f"{v * 100:+.1f} pp"
+
+    noise = (
+        "n/a"
+        if d.noise_low is None or d.noise_high is None
+        else f"[{delta(d.noise_low)}, {delta(d.noise_high)}]"
+    )
+    verdict = (
+        "—"
+        if d.within_noise is None
+        else "within noise"
+        if d.within_noise
+        else f"{d.better} better"
+    )
+    rel = "—" if d.relative is None else f"{d.relative * 100:+.1f} %"
+    return [d.name, value(d.a), value(d.b), delta(d.delta), rel, noise, verdict]
+
+
+DIFF_HEADERS = ("figure", "A", "B", "B − A", "relative", "noise interval", "verdict")

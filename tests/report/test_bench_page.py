@@ -1,0 +1,89 @@
+"""The bench HTML report and comparison page, from hand-built results."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from datetime import UTC, datetime
+
+from kvroute.bench.compare import compare
+from kvroute.bench.metrics import Slo, stat, summarize
+from kvroute.bench.record import RequestRecord
+from kvroute.bench.result import SCHEMA, BenchResult, EndpointInfo, LoadInfo, Run, WorkloadInfo
+from kvroute.report.bench_page import bench_page, compare_page
+from kvroute.report.html import render_page
+
+NOW = datetime(2026, 1, 2, tzinfo=UTC)
+
+
+def run(name: str, step: int, rate: float, ttft: float, cached: int) -> Run:
+    records = [
+        RequestRecord(
+            index=i,
+            scheduled_s=i / rate,
+            sent_s=i / rate,
+            first_byte_s=i / rate + ttft / 2,
+            first_token_s=i / rate + ttft + 0.01 * i,
+            end_s=i / rate + ttft + 0.5,
+            chunk_times_s=[i / rate + ttft + 0.01 * i + 0.05 * k for k in range(5)],
+            completion_tokens=5,
+            prompt_tokens=100,
+            cached_tokens=cached if i % 2 else 0,
+        )
+        for i in range(20)
+    ]
+    summary = summarize(records, slo=Slo(ttft_s=0.3))
+    return Run(
+        EndpointInfo(name, "http://127.0.0.1:1", "llamacpp", "m", "cold", []),
+        step,
+        0,
+        LoadInfo("open", f"rate={rate:g}/s", rate_per_s=rate),
+        0.0,
+        summary,
+        records,
+    )
+
+
+def result(ttft: float) -> BenchResult:
+    runs = [
+        run(n, s, r, ttft * (1 + s), c)
+        for n, c in (("llama", 90), ("vllm", 40))
+        for s, r in enumerate((2.0, 4.0))
+    ]
+    info = WorkloadInfo(
+        "rag", {"overlap": "0.6"}, 0, 20, "SmolLM2", stat([100.0]), stat([5.0]), 0, 0, 0.6
+    )
+    return BenchResult(SCHEMA, 0.0, "0.1.0", info, {}, "sequential", runs, 1.0)
+
+
+def svgs(html: str) -> list[str]:
+    return re.findall(r"<svg.*?</svg>", html, flags=re.S)
+
+
+def test_bench_page_has_cdfs_sweep_and_cache_split() -> None:
+    html = render_page(bench_page(result(0.2), NOW))
+    for title in (
+        "Time to first token (CDF)",
+        "Throughput vs offered load",
+        "TTFT p99 vs offered load",
+        "TTFT by engine-reported cache hit (CDF)",
+        "Inter-token latency (CDF)",
+    ):
+        assert title in html
+    charts = svgs(html)
+    assert len(charts) >= 7
+    for svg in charts:
+        ET.fromstring(svg)
+    assert "llama · rate=2/s · hit" in html and "vllm · rate=4/s · miss" in html
+
+
+def test_compare_page_pairs_runs() -> None:
+    a, b = result(0.2), result(0.4)
+    pairs = compare(a, b)
+    assert len(pairs) == 4
+    ttft = next(d for d in pairs[0].diffs if d.name == "TTFT p50")
+    assert ttft.delta is not None and ttft.delta > 0.15 and ttft.better == "a"
+    html = render_page(compare_page(a, b, pairs, NOW))
+    assert "A llama vs B llama · rate=2/s" in html
+    for svg in svgs(html):
+        ET.fromstring(svg)
