@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from kvroute.engines.base import Health, HealthState
 from kvroute.engines.metrics_text import Metrics, parse_metrics
 from kvroute.errors import EngineError
 from kvroute.types import JSONValue
@@ -127,3 +128,40 @@ def openai_usage(body: Mapping[str, Any]) -> tuple[int, int] | None:
         return None
     where = "response usage"
     return int_field(usage, "prompt_tokens", where), int_field(details, "cached_tokens", where)
+
+
+class HttpEngine:
+    """What every adapter does the same way: its URL, its client, ``/health`` and
+    ``/v1/models``. Subclasses name the engine and say whether their ``/health``
+    answers 503 while the model loads (``LOADING_ON_503``)."""
+
+    ENGINE = ""
+    LOADING_ON_503 = False
+
+    def __init__(self, base_url: str, *, client: httpx.AsyncClient) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._client = client
+
+    @property
+    def engine(self) -> str:
+        return self.ENGINE
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    async def health(self) -> Health:
+        """``/health`` read as a :class:`Health`; never raises."""
+        try:
+            response = await self._client.get(f"{self._base_url}/health", timeout=DEFAULT_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            return Health(HealthState.UNREACHABLE, f"{type(exc).__name__}: {exc}")
+        if response.status_code == 200:
+            return Health(HealthState.READY, "ok")
+        if response.status_code == 503 and self.LOADING_ON_503:
+            return Health(HealthState.LOADING, response.text[:200])
+        return Health(HealthState.UNHEALTHY, f"HTTP {response.status_code}: {response.text[:200]}")
+
+    async def models(self) -> list[str]:
+        url = f"{self._base_url}/v1/models"
+        return model_ids(await get_json(self._client, url), url)

@@ -20,13 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from kvroute.engines.base import (
     CacheCounters,
     CacheResetOutcome,
-    Health,
-    HealthState,
     KvCapacity,
     Load,
     ResponseCacheUsage,
@@ -34,15 +30,14 @@ from kvroute.engines.base import (
     UsageSource,
 )
 from kvroute.engines.http import (
-    DEFAULT_TIMEOUT_S,
     EngineHTTPError,
+    HttpEngine,
     as_list,
     as_mapping,
     counter_value,
     get_json,
     get_metrics,
     int_field,
-    model_ids,
     openai_usage,
     optional_int_field,
     request,
@@ -59,36 +54,11 @@ REQUESTS_DEFERRED = "llamacpp:requests_deferred"
 METRICS_HINT = "start llama-server with --metrics"
 
 
-class LlamaCppAdapter:
+class LlamaCppAdapter(HttpEngine):
     """One llama-server at ``base_url``, reached through ``client``."""
 
-    def __init__(self, base_url: str, *, client: httpx.AsyncClient) -> None:
-        self._base_url = base_url.rstrip("/")
-        self._client = client
-
-    @property
-    def engine(self) -> str:
-        return "llamacpp"
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    async def health(self) -> Health:
-        """``/health``: 200 when ready, 503 while the model loads."""
-        try:
-            response = await self._client.get(f"{self._base_url}/health", timeout=DEFAULT_TIMEOUT_S)
-        except httpx.HTTPError as exc:
-            return Health(HealthState.UNREACHABLE, f"{type(exc).__name__}: {exc}")
-        if response.status_code == 200:
-            return Health(HealthState.READY, "ok")
-        if response.status_code == 503:
-            return Health(HealthState.LOADING, response.text[:200])
-        return Health(HealthState.UNHEALTHY, f"HTTP {response.status_code}: {response.text[:200]}")
-
-    async def models(self) -> list[str]:
-        url = f"{self._base_url}/v1/models"
-        return model_ids(await get_json(self._client, url), url)
+    ENGINE = "llamacpp"
+    LOADING_ON_503 = True  # /health answers 503 while the model loads
 
     async def load(self) -> Load:
         metrics = await self._metrics()

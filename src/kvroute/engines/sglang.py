@@ -22,13 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from kvroute.engines.base import (
     CacheCounters,
     CacheResetOutcome,
-    Health,
-    HealthState,
     KvCapacity,
     Load,
     ResponseCacheUsage,
@@ -36,14 +32,13 @@ from kvroute.engines.base import (
     UsageSource,
 )
 from kvroute.engines.http import (
-    DEFAULT_TIMEOUT_S,
     EngineHTTPError,
+    HttpEngine,
     as_mapping,
     counter_value,
     get_json,
     get_metrics,
     int_field,
-    model_ids,
     openai_usage,
     optional_int_field,
     request,
@@ -60,34 +55,10 @@ QUEUE_REQS = "sglang:num_queue_reqs"
 METRICS_HINT = "start SGLang with --enable-metrics"
 
 
-class SglangAdapter:
+class SglangAdapter(HttpEngine):
     """One SGLang server at ``base_url``, reached through ``client``."""
 
-    def __init__(self, base_url: str, *, client: httpx.AsyncClient) -> None:
-        self._base_url = base_url.rstrip("/")
-        self._client = client
-
-    @property
-    def engine(self) -> str:
-        return "sglang"
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    async def health(self) -> Health:
-        """``/health``: 200 when serving, 503 while starting or after a failed check."""
-        try:
-            response = await self._client.get(f"{self._base_url}/health", timeout=DEFAULT_TIMEOUT_S)
-        except httpx.HTTPError as exc:
-            return Health(HealthState.UNREACHABLE, f"{type(exc).__name__}: {exc}")
-        if response.status_code == 200:
-            return Health(HealthState.READY, "ok")
-        return Health(HealthState.UNHEALTHY, f"HTTP {response.status_code}: {response.text[:200]}")
-
-    async def models(self) -> list[str]:
-        url = f"{self._base_url}/v1/models"
-        return model_ids(await get_json(self._client, url), url)
+    ENGINE = "sglang"
 
     async def load(self) -> Load:
         metrics = await self._metrics()

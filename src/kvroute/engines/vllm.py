@@ -19,13 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from kvroute.engines.base import (
     CacheCounters,
     CacheResetOutcome,
-    Health,
-    HealthState,
     KvCapacity,
     Load,
     ResponseCacheUsage,
@@ -33,12 +29,10 @@ from kvroute.engines.base import (
     UsageSource,
 )
 from kvroute.engines.http import (
-    DEFAULT_TIMEOUT_S,
     EngineHTTPError,
+    HttpEngine,
     counter_value,
-    get_json,
     get_metrics,
-    model_ids,
     openai_usage,
     request,
 )
@@ -53,35 +47,11 @@ REQUESTS_WAITING = "vllm:num_requests_waiting"
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 
 
-class VllmAdapter:
+class VllmAdapter(HttpEngine):
     """One vLLM server at ``base_url``, reached through ``client``."""
 
-    def __init__(self, base_url: str, *, client: httpx.AsyncClient) -> None:
-        self._base_url = base_url.rstrip("/")
-        self._client = client
-
-    @property
-    def engine(self) -> str:
-        return "vllm"
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    async def health(self) -> Health:
-        """``/health``: 200 once the engine core runs. vLLM opens its port only after
-        the model is loaded, so a loading server reads as unreachable."""
-        try:
-            response = await self._client.get(f"{self._base_url}/health", timeout=DEFAULT_TIMEOUT_S)
-        except httpx.HTTPError as exc:
-            return Health(HealthState.UNREACHABLE, f"{type(exc).__name__}: {exc}")
-        if response.status_code == 200:
-            return Health(HealthState.READY, "ok")
-        return Health(HealthState.UNHEALTHY, f"HTTP {response.status_code}: {response.text[:200]}")
-
-    async def models(self) -> list[str]:
-        url = f"{self._base_url}/v1/models"
-        return model_ids(await get_json(self._client, url), url)
+    ENGINE = "vllm"
+    # vLLM opens its port only once the model is loaded: a loading server reads as unreachable.
 
     async def load(self) -> Load:
         metrics = await get_metrics(self._client, self._base_url)
