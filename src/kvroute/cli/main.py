@@ -77,6 +77,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "bench_group",
         "Benchmark endpoints with workload-shaped load, side by side.",
     ),
+    "serve": (
+        "kvroute.cli.serve",
+        "serve_cmd",
+        "Serve one OpenAI-compatible gateway over llama.cpp, vLLM and SGLang backends.",
+    ),
     "engines": (
         "kvroute.cli.engines",
         "engines_group",

@@ -1,0 +1,394 @@
+"""What the gateway adds: latency and throughput against the same fast stub upstream.
+
+Three processes, pinned so they do not steal each other's core:
+
+- a stub OpenAI upstream (raw asyncio): answers every chat completion with a stream
+  of ``--tokens`` chunks, ``--token-interval-ms`` apart, plus the usage chunk when
+  asked, then ``[DONE]``;
+- the gateway (``kvroute.gateway``, uvloop), alone on CPU 0, in front of the stub;
+- the load generator, sharing CPU 1 with the stub.
+
+Phase 1 (open loop): ``--rate`` streamed requests per second to the gateway and, in
+the same run, the same rate straight to the stub, interleaved, for ``--seconds``. The
+added latency is the difference of percentiles (TTFT: first body bytes; E2E: last).
+Repeated ``--repeat`` times; the median of each added percentile is reported, since
+a shared machine's neighbours move single runs a lot. The gateway's CPU time per
+request (user and system, from /proc) is the figure least moved by neighbours.
+Phase 2 (closed loop): ``--concurrency`` clients as fast as they can, gateway then
+direct: the maximum sustained rate.
+
+Run: ``.venv/bin/python bench/gateway_overhead.py`` (``--quick`` for a short run).
+Writes ``bench/gateway_overhead_results.json``. Loopback only; every loop is
+bounded in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httptools
+import orjson
+
+HOST = "127.0.0.1"
+CHAT_PATH = "/v1/chat/completions"
+
+
+# -- the stub upstream ------------------------------------------------------------------
+
+
+class _StubProtocol(asyncio.Protocol):
+    def __init__(self, tokens: int, interval_s: float) -> None:
+        self.tokens, self.interval_s = tokens, interval_s
+        self.parser = httptools.HttpRequestParser(self)
+        self.body = bytearray()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_message_begin(self) -> None:
+        self.body = bytearray()
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        usage = b'"include_usage":true' in self.body
+        asyncio.get_running_loop().create_task(self._answer(usage))
+
+    async def _answer(self, usage: bool) -> None:
+        t = self.transport
+        assert t is not None
+        t.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        for i in range(self.tokens):
+            event = (
+                b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"stub",'
+                b'"choices":[{"index":0,"delta":{"content":"tok%d"},"finish_reason":null}]}\n\n' % i
+            )
+            t.write(b"%x\r\n%s\r\n" % (len(event), event))
+            if self.interval_s:
+                await asyncio.sleep(self.interval_s)
+        tail = b""
+        if usage:
+            tail += (
+                b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"stub",'
+                b'"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":%d,'
+                b'"total_tokens":%d}}\n\n' % (self.tokens, self.tokens + 10)
+            )
+        tail += b"data: [DONE]\n\n"
+        t.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))
+
+
+def _run_stub(port: int, tokens: int, interval_s: float, cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})
+    import uvloop
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: _StubProtocol(tokens, interval_s), HOST, port, backlog=4096
+        )
+        async with server:
+            await server.serve_forever()
+
+    uvloop.run(main())
+
+
+def _run_gateway(config_path: str, cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})
+    import uvloop
+
+    from kvroute.gateway.app import Gateway
+    from kvroute.gateway.config import load_config
+    from kvroute.gateway.service import serve_until_signalled
+
+    config = load_config(Path(config_path))
+    uvloop.run(serve_until_signalled(Gateway(config, config_path=Path(config_path))))
+
+
+# -- the load generator -----------------------------------------------------------------
+
+
+def _body(stream: bool = True) -> bytes:
+    return orjson.dumps(
+        {
+            "model": "stub",
+            "messages": [{"role": "user", "content": "Say hello in a few words."}],
+            "max_tokens": 16,
+            "stream": stream,
+        }
+    )
+
+
+async def _one(transport: Any, body: bytes) -> tuple[float, float]:
+    from kvroute.gateway.upstream import UpstreamRequest
+
+    t0 = time.perf_counter()
+    exchange = await transport.send(
+        UpstreamRequest("POST", CHAT_PATH, (("content-type", "application/json"),), body),
+        connect_timeout_s=5.0,
+        head_timeout_s=10.0,
+    )
+    ttft = 0.0
+    while True:
+        data = await exchange.read(10.0)
+        if data is None:
+            break
+        if not ttft and data:
+            ttft = time.perf_counter() - t0
+    if exchange.status != 200:
+        raise RuntimeError(f"HTTP {exchange.status}")
+    return ttft, time.perf_counter() - t0
+
+
+async def _open_loop(gw_url: str, direct_url: str, rate: float, seconds: float) -> dict[str, Any]:
+    from kvroute.gateway.upstream import PooledTransport
+
+    targets = {"gateway": PooledTransport(gw_url), "direct": PooledTransport(direct_url)}
+    results: dict[str, list[tuple[float, float]]] = {k: [] for k in targets}
+    errors: dict[str, int] = dict.fromkeys(targets, 0)
+    body = _body()
+    tasks: list[asyncio.Task[None]] = []
+
+    async def fire(name: str) -> None:
+        try:
+            results[name].append(await _one(targets[name], body))
+        except Exception:
+            errors[name] += 1
+
+    # warm-up: open connections
+    await asyncio.gather(*(fire(n) for n in targets for _ in range(20)))
+    for v in results.values():
+        v.clear()
+    interval = 1.0 / rate
+    start = time.perf_counter()
+    n = int(rate * seconds)
+    late = 0
+    for i in range(n):
+        due = start + i * interval
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        elif delay < -0.005:
+            late += 1
+        # both targets at the same moment, alternating which goes first
+        order = ("gateway", "direct") if i % 2 else ("direct", "gateway")
+        for name in order:
+            tasks.append(asyncio.get_running_loop().create_task(fire(name)))
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
+    elapsed = time.perf_counter() - start
+    out: dict[str, Any] = {
+        "rate_per_target": rate,
+        "seconds": round(elapsed, 2),
+        "late_sends": late,
+    }
+    for name, samples in results.items():
+        ttfts = sorted(s[0] for s in samples)
+        e2es = sorted(s[1] for s in samples)
+        out[name] = {
+            "requests": len(samples),
+            "errors": errors[name],
+            "ttft_ms": _pcts(ttfts),
+            "e2e_ms": _pcts(e2es),
+        }
+    out["added_ms"] = {
+        metric: {
+            p: round(out["gateway"][metric][p] - out["direct"][metric][p], 3)
+            for p in ("p50", "p90", "p99")
+        }
+        for metric in ("ttft_ms", "e2e_ms")
+    }
+    for t in targets.values():
+        await t.aclose()
+    return out
+
+
+async def _closed_loop(url: str, concurrency: int, seconds: float) -> dict[str, Any]:
+    from kvroute.gateway.upstream import PooledTransport
+
+    transport = PooledTransport(url)
+    body = _body()
+    done = 0
+    errors = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal done, errors
+        while time.perf_counter() < stop_at:
+            try:
+                await _one(transport, body)
+                done += 1
+            except Exception:
+                errors += 1
+
+    await asyncio.gather(*(_one(transport, body) for _ in range(concurrency)))
+    start = time.perf_counter()
+    stop_at = start + seconds
+    await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))), seconds + 30)
+    elapsed = time.perf_counter() - start
+    await transport.aclose()
+    return {
+        "concurrency": concurrency,
+        "requests": done,
+        "errors": errors,
+        "req_per_s": round(done / elapsed, 1),
+    }
+
+
+def _pcts(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "mean": float("nan")}
+
+    def pct(q: float) -> float:
+        return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 3)
+
+    return {
+        "p50": pct(0.5),
+        "p90": pct(0.9),
+        "p99": pct(0.99),
+        "mean": round(statistics.fmean(values) * 1000, 3),
+    }
+
+
+def _cpu_s(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait_port(port: int, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex((HOST, port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=500.0, help="req/s to each target")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--token-interval-ms", type=float, default=1.0)
+    parser.add_argument("--repeat", type=int, default=3, help="open-loop runs (median reported)")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--closed-seconds", type=float, default=5.0)
+    parser.add_argument("--access-log", action="store_true", help="gateway writes its access log")
+    parser.add_argument("--quick", action="store_true", help="3 s phases")
+    parser.add_argument(
+        "--out", default=str(Path(__file__).with_name("gateway_overhead_results.json"))
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.closed_seconds = 3.0, 3.0
+    cpus = sorted(os.sched_getaffinity(0))
+    gw_cpu, other_cpu = cpus[0], cpus[-1]
+    stub_port, gw_port = _free_port(), _free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="kvroute-bench-"))
+    config = tmp / "gateway.yaml"
+    config.write_text(
+        f"listener: {{host: {HOST}, port: {gw_port}, access_log: {str(args.access_log).lower()}}}\n"
+        f"backends:\n  - {{name: stub, url: 'http://{HOST}:{stub_port}', engine: vllm, models: [stub]}}\n"
+        "health: {interval_s: 5, scrape_counters: false}\n"
+        "limits: {max_in_flight: 4096, max_queue: 4096}\n"
+    )
+    ctx = mp.get_context("spawn")
+    interval_s = args.token_interval_ms / 1000
+    stub = ctx.Process(
+        target=_run_stub, args=(stub_port, args.tokens, interval_s, other_cpu), daemon=True
+    )
+    gateway = ctx.Process(target=_run_gateway, args=(str(config), gw_cpu), daemon=True)
+    stub.start()
+    gateway.start()
+    try:
+        _wait_port(stub_port)
+        _wait_port(gw_port)
+        os.sched_setaffinity(0, {other_cpu})
+        import uvloop
+
+        gw_url, direct_url = f"http://{HOST}:{gw_port}", f"http://{HOST}:{stub_port}"
+        result: dict[str, Any] = {
+            "machine": {
+                "cpus": len(cpus),
+                "gateway_cpu": gw_cpu,
+                "load_and_stub_cpu": other_cpu,
+                "loadavg": os.getloadavg(),
+            },
+            "stub": {"tokens": args.tokens, "token_interval_ms": args.token_interval_ms},
+            "gateway_access_log": args.access_log,
+        }
+        assert gateway.pid is not None
+        cpu0 = _cpu_s(gateway.pid)
+        runs = [
+            uvloop.run(_open_loop(gw_url, direct_url, args.rate, args.seconds))
+            for _ in range(args.repeat)
+        ]
+        cpu1 = _cpu_s(gateway.pid)
+        result["open_loop_runs"] = runs
+        result["open_loop"] = runs[0]
+        result["added_ms_median_of_runs"] = {
+            metric: {
+                p: statistics.median(r["added_ms"][metric][p] for r in runs)
+                for p in ("p50", "p90", "p99")
+            }
+            for metric in ("ttft_ms", "e2e_ms")
+        }
+        result["closed_loop_gateway"] = uvloop.run(
+            _closed_loop(gw_url, args.concurrency, args.closed_seconds)
+        )
+        cpu2 = _cpu_s(gateway.pid)
+        n_open = sum(r["gateway"]["requests"] + 20 for r in runs)  # + warm-up
+        n_closed = result["closed_loop_gateway"]["requests"] + args.concurrency
+        result["gateway_cpu_us_per_request"] = {
+            phase: {
+                "user": round((b[0] - a[0]) / n * 1e6, 1),
+                "system": round((b[1] - a[1]) / n * 1e6, 1),
+            }
+            for phase, a, b, n in (
+                ("open_loop", cpu0, cpu1, n_open),
+                ("closed_loop", cpu1, cpu2, n_closed),
+            )
+        }
+        result["closed_loop_direct"] = uvloop.run(
+            _closed_loop(direct_url, args.concurrency, args.closed_seconds)
+        )
+    finally:
+        for proc in (gateway, stub):
+            proc.terminate()
+            proc.join(10)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    json.dump(result, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()

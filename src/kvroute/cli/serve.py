@@ -1,0 +1,122 @@
+"""``kvroute serve``: the OpenAI-compatible gateway (see docs/gateway.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kvroute.engines.state import StateDir, default_state_dir
+from kvroute.errors import UsageError
+from kvroute.gateway.app import ACCESS_LOGGER, Gateway
+from kvroute.gateway.auth import hash_key
+from kvroute.gateway.config import GatewayConfig, ListenerConfig, load_config
+from kvroute.gateway.service import serve_until_signalled
+from kvroute.gateway.zeroconfig import config_from_records
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@click.command("serve")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Gateway config (YAML). Without it: zero-config over `kvroute engines up` engines.",
+)
+@click.option("--host", help="Listen address (default: the config's, else 127.0.0.1).")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), help="Listen port (default: the config's, else 8000)."
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Zero-config: where `engines up` recorded its engines [default: $KVROUTE_STATE_DIR or <cache>/state].",
+)
+@click.option("--check", is_flag=True, help="Validate the config, print a summary and exit.")
+@click.option(
+    "--hash-key",
+    "hash_key_flag",
+    is_flag=True,
+    help="Read an API key on stdin, print the sha256 the config stores for it, and exit.",
+)
+@click.option("--no-access-log", is_flag=True, help="Do not write the per-request access log.")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
+def serve_cmd(
+    config_path: Path | None,
+    host: str | None,
+    port: int | None,
+    state_dir: Path | None,
+    check: bool,
+    hash_key_flag: bool,
+    no_access_log: bool,
+    quiet: bool,
+) -> None:
+    """Serve one OpenAI-compatible endpoint over llama.cpp, vLLM and SGLang backends.
+
+    \b
+    Routes each request by model and workload class (structured, agent, tools,
+    long_prefix, chat, completion) to a pool, picks a backend with the route's
+    policy, retries and fails over before the first byte, and exports Prometheus
+    metrics on /metrics. SIGHUP reloads the config; SIGTERM drains streams.
+    """
+    if hash_key_flag:
+        key = sys.stdin.readline().strip()
+        if not key:
+            raise UsageError("no key on stdin")
+        click.echo(hash_key(key))
+        return
+    config = _config(config_path, state_dir)
+    if check:
+        click.echo(
+            f"ok: {len(config.backends)} backends, {len(config.routes)} routes, "
+            f"{len(config.keys)} keys, listening on {config.listener.host}:{config.listener.port}"
+        )
+        return
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO,
+        format="%(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # health probes are not news
+    if no_access_log:
+        logging.getLogger(ACCESS_LOGGER).setLevel(logging.WARNING)
+    listen_host = host or config.listener.host
+    if listen_host not in _LOOPBACK and not config.keys:
+        click.secho(
+            f"warning: listening on {listen_host} with no API keys: anyone who can reach "
+            "it can use your backends",
+            fg="yellow",
+            err=True,
+        )
+    gateway = Gateway(config, config_path=config_path)
+
+    def listening(bound: int) -> None:
+        click.echo(
+            f"kvroute gateway on http://{listen_host}:{bound}/v1 "
+            f"({len(config.backends)} backends, {len(config.routes)} routes)",
+            err=True,
+        )
+
+    _run(serve_until_signalled(gateway, host=host, port=port, on_listening=listening))
+
+
+def _config(config_path: Path | None, state_dir: Path | None) -> GatewayConfig:
+    if config_path is not None:
+        return load_config(config_path)
+    state = StateDir(state_dir or default_state_dir())
+    return config_from_records(state.records(), ListenerConfig(), str(state.root))
+
+
+def _run(main: Coroutine[Any, Any, int]) -> None:
+    try:
+        import uvloop
+    except ImportError:  # optional: a faster event loop
+        asyncio.run(main)
+        return
+    uvloop.run(main)

@@ -1,0 +1,323 @@
+"""The gateway config: YAML in, frozen dataclasses out, every error at its line.
+
+See docs/gateway.md for the full schema with an example. Loading is pure apart from
+reading the file and ``*_env`` variables; :func:`parse_config` takes the text.
+Secrets never sit in the file in clear: client keys are stored as SHA-256 hex
+(``kvroute serve --hash-key``), upstream keys are read from environment variables.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvroute.errors import InputError
+from kvroute.gateway.classify import ClassifyOptions
+from kvroute.gateway.config_reader import ConfigNode
+from kvroute.gateway.policies.registry import DEFAULT_POLICY, policy_registry
+from kvroute.gateway.types import WorkloadClass
+from kvroute.gateway.yaml_lines import load_yaml
+
+ENGINES = ("llamacpp", "vllm", "sglang")
+ANY_POOL = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_body_bytes: int = 4 * 1024 * 1024
+    drain_timeout_s: float = 30.0
+    access_log: bool = True
+    route_headers: bool = True
+    """Answer with ``x-kvroute-backend`` / ``x-kvroute-class`` headers."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect_s: float = 2.0
+    first_token_s: float = 60.0
+    """Streaming: until the first body bytes; non-streaming: until the response head."""
+    total_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class BackendConfig:
+    name: str
+    url: str
+    engine: str
+    models: tuple[str, ...] = ()
+    """Model names it serves; empty: any (llama.cpp answers whatever is asked)."""
+    pool: str = "default"
+    tags: tuple[str, ...] = ()
+    weight: float = 1.0
+    api_key: str | None = field(default=None, repr=False)
+    timeouts: Timeouts = Timeouts()
+
+    def serves(self, model: str) -> bool:
+        return not self.models or model in self.models
+
+
+@dataclass(frozen=True, slots=True)
+class RouteConfig:
+    name: str
+    pool: str
+    policy: str = DEFAULT_POLICY
+    policy_options: Mapping[str, object] = field(default_factory=dict)
+    models: tuple[str, ...] = ()
+    """Glob patterns on the requested model; empty: any."""
+    classes: tuple[WorkloadClass, ...] = ()
+    """Workload classes; empty: any."""
+    upstream_model: str | None = None
+    """Send this model name upstream instead of the requested one (an alias)."""
+
+    def matches(self, model: str, workload: WorkloadClass) -> bool:
+        if self.classes and workload not in self.classes:
+            return False
+        return not self.models or any(fnmatch.fnmatchcase(model, p) for p in self.models)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyConfig:
+    name: str
+    sha256: str = field(repr=False)
+    models: tuple[str, ...] = ("*",)
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+
+    def allows(self, model: str) -> bool:
+        return any(fnmatch.fnmatchcase(model, p) for p in self.models)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    max_in_flight: int = 512
+    max_queue: int = 1024
+    queue_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class HealthConfig:
+    interval_s: float = 5.0
+    timeout_s: float = 2.0
+    unhealthy_after: int = 2
+    healthy_after: int = 1
+    scrape_counters: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerConfig:
+    failure_threshold: int = 3
+    """Consecutive failures (connect errors, resets, timeouts, 502/503/504) to open."""
+    open_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryConfig:
+    max_attempts: int = 3
+    backoff_s: float = 0.02
+    max_backoff_s: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class SessionConfig:
+    header: str = "x-session-id"
+    use_user_field: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    backends: tuple[BackendConfig, ...]
+    routes: tuple[RouteConfig, ...]
+    listener: ListenerConfig = ListenerConfig()
+    keys: tuple[KeyConfig, ...] = ()
+    admin_key_sha256: str | None = field(default=None, repr=False)
+    limits: LimitsConfig = LimitsConfig()
+    health: HealthConfig = HealthConfig()
+    breaker: BreakerConfig = BreakerConfig()
+    retry: RetryConfig = RetryConfig()
+    session: SessionConfig = SessionConfig()
+    classify: ClassifyOptions = field(default_factory=ClassifyOptions)
+    source: str = "<config>"
+
+
+def load_config(path: Path, env: Mapping[str, str] | None = None) -> GatewayConfig:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(f"cannot read config: {exc.strerror}", path=str(path)) from None
+    return parse_config(text, str(path), env=env)
+
+
+def parse_config(text: str, path: str, *, env: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Validate ``text`` (YAML). Raises :class:`InputError` with ``path:line``."""
+    data = load_yaml(text, path)
+    if data is None:
+        raise InputError("the config is empty; it needs at least 'backends'", path=path)
+    root = ConfigNode(data, path, "", 1)
+    root.check_keys(
+        "listener",
+        "backends",
+        "routes",
+        "keys",
+        "admin",
+        "limits",
+        "health",
+        "breaker",
+        "retry",
+        "session",
+        "classify",
+    )
+    env = os.environ if env is None else env
+    backends = tuple(_backend(n, env) for n in root.items("backends", required=True))
+    _unique(backends, "backend", path)
+    pools = {b.pool for b in backends}
+    routes = tuple(_route(n, i, pools) for i, n in enumerate(root.items("routes")))
+    if not routes:
+        routes = (RouteConfig(name="default", pool=ANY_POOL),)
+    _unique(routes, "route", path)
+    keys = tuple(_key(n) for n in root.items("keys"))
+    _unique(keys, "key", path)
+    admin = root.child("admin")
+    admin.check_keys("key_sha256")
+    return GatewayConfig(
+        backends=backends,
+        routes=routes,
+        listener=_listener(root.child("listener")),
+        keys=keys,
+        admin_key_sha256=admin.sha256("key_sha256", required=False),
+        limits=LimitsConfig(**root.child("limits").fields(LimitsConfig, positive=True)),
+        health=HealthConfig(**root.child("health").fields(HealthConfig, positive=True)),
+        breaker=BreakerConfig(**root.child("breaker").fields(BreakerConfig, positive=True)),
+        retry=RetryConfig(**root.child("retry").fields(RetryConfig, positive=True)),
+        session=SessionConfig(**root.child("session").fields(SessionConfig)),
+        classify=ClassifyOptions(**root.child("classify").fields(ClassifyOptions, positive=True)),
+        source=path,
+    )
+
+
+# -- sections ---------------------------------------------------------------------------
+
+
+def _listener(node: ConfigNode) -> ListenerConfig:
+    fields = node.fields(ListenerConfig, positive=True)
+    port = fields.get("port", ListenerConfig().port)
+    if not 0 <= int(port) <= 65535:
+        raise node.error("must be a port number 0..65535", "port")
+    return ListenerConfig(**fields)
+
+
+def _backend(node: ConfigNode, env: Mapping[str, str]) -> BackendConfig:
+    node.check_keys(
+        "name",
+        "url",
+        "engine",
+        "model",
+        "models",
+        "pool",
+        "tags",
+        "weight",
+        "api_key_env",
+        "timeouts",
+    )
+    name = node.string("name")
+    url = node.string("url").rstrip("/")
+    if not re.match(r"^http://[^/\s:]+(:\d+)?(/.*)?$", url):
+        raise node.error(f"must be an http://host:port URL, got {url!r}", "url")
+    engine = node.string("engine")
+    if engine not in ENGINES:
+        raise node.error(f"unknown engine '{engine}' (valid: {', '.join(ENGINES)})", "engine")
+    models = node.strings("models")
+    if "model" in node.data:
+        if models:
+            raise node.error("give 'model' or 'models', not both", "model")
+        models = (node.string("model"),)
+    weight = node.number("weight", 1.0)
+    if weight <= 0:
+        raise node.error("must be > 0", "weight")
+    api_key = None
+    if "api_key_env" in node.data:
+        var = node.string("api_key_env")
+        api_key = env.get(var)
+        if not api_key:
+            raise node.error(f"environment variable {var} is not set", "api_key_env")
+    return BackendConfig(
+        name=name,
+        url=url,
+        engine=engine,
+        models=models,
+        pool=node.string("pool", "default"),
+        tags=node.strings("tags"),
+        weight=weight,
+        api_key=api_key,
+        timeouts=Timeouts(**node.child("timeouts").fields(Timeouts, positive=True)),
+    )
+
+
+def _route(node: ConfigNode, index: int, pools: set[str]) -> RouteConfig:
+    node.check_keys("name", "match", "pool", "policy", "policy_options", "upstream_model")
+    pool = node.string("pool")
+    if pool != ANY_POOL and pool not in pools:
+        valid = ", ".join(sorted(pools))
+        raise node.error(f"no backend is in pool '{pool}' (pools: {valid}, or '*')", "pool")
+    policy = node.string("policy", DEFAULT_POLICY)
+    registry = policy_registry()
+    if policy not in registry:
+        valid = ", ".join(sorted(registry.names()))
+        raise node.error(f"unknown policy '{policy}' (valid: {valid})", "policy")
+    options = node.child("policy_options").data
+    try:
+        registry.get(policy)(options)
+    except ValueError as exc:
+        raise node.error(str(exc), "policy_options") from None
+    match = node.child("match")
+    match.check_keys("model", "class")
+    classes: list[WorkloadClass] = []
+    valid_classes = [c.value for c in WorkloadClass]
+    for name in match.strings("class"):
+        if name not in valid_classes:
+            raise match.error(
+                f"unknown workload class '{name}' (valid: {', '.join(valid_classes)})", "class"
+            )
+        classes.append(WorkloadClass(name))
+    upstream = node.string("upstream_model") if "upstream_model" in node.data else None
+    return RouteConfig(
+        name=node.string("name", f"route-{index}"),
+        pool=pool,
+        policy=policy,
+        policy_options=dict(options),
+        models=match.strings("model"),
+        classes=tuple(classes),
+        upstream_model=upstream,
+    )
+
+
+def _key(node: ConfigNode) -> KeyConfig:
+    node.check_keys("name", "sha256", "models", "requests_per_minute", "tokens_per_minute")
+    rpm = node.integer("requests_per_minute") if "requests_per_minute" in node.data else None
+    tpm = node.integer("tokens_per_minute") if "tokens_per_minute" in node.data else None
+    for value, key in ((rpm, "requests_per_minute"), (tpm, "tokens_per_minute")):
+        if value is not None and value < 1:
+            raise node.error("must be ≥ 1 (leave it out for no limit)", key)
+    sha = node.sha256("sha256", required=True)
+    assert sha is not None
+    return KeyConfig(
+        name=node.string("name"),
+        sha256=sha,
+        models=node.strings("models") or ("*",),
+        requests_per_minute=rpm,
+        tokens_per_minute=tpm,
+    )
+
+
+def _unique(items: tuple[Any, ...], kind: str, path: str) -> None:
+    seen: set[str] = set()
+    for item in items:
+        if item.name in seen:
+            raise InputError(f"two {kind}s are named '{item.name}'", path=path)
+        seen.add(item.name)

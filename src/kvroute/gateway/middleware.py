@@ -1,0 +1,173 @@
+"""The gateway's middlewares, outermost first, all of one shape (see types.py).
+
+``Observe`` records metrics and the access log line when the answer is done;
+``Errors`` is the one place exceptions become OpenAI error JSON; ``Auth`` checks the
+API key of ``/v1/`` requests; ``RateLimit`` applies the key's request and token
+budgets; ``Admission`` bounds the completions in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import orjson
+
+from kvroute.gateway.errors import GatewayError, error_response
+from kvroute.gateway.limits import AdmissionGate
+from kvroute.gateway.metrics import GatewayMetrics
+from kvroute.gateway.state import GatewayState
+from kvroute.gateway.types import Handler, Request, Response
+
+COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+
+StateRef = Callable[[], GatewayState]
+Clock = Callable[[], float]
+
+
+class ObserveMiddleware:
+    """Metrics and the structured access log, once per request, at its very end.
+
+    The log line has ids, route, timings and token counts; never prompt or completion
+    text (nothing of the body is logged).
+    """
+
+    def __init__(
+        self,
+        app: Handler,
+        metrics: GatewayMetrics,
+        logger: logging.Logger,
+        clock: Clock,
+        log_enabled: Callable[[], bool],
+    ) -> None:
+        self.app, self.metrics, self.logger, self.clock = app, metrics, logger, clock
+        self.log_enabled = log_enabled
+
+    async def __call__(self, request: Request) -> Response:
+        response = await self.app(request)
+        response.closers.append(lambda: self._done(request, response.status))
+        return response
+
+    def _done(self, request: Request, status: int) -> None:
+        ctx = request.ctx
+        if ctx.e2e_s is None:
+            ctx.e2e_s = self.clock() - request.received_s
+        self.metrics.observe(ctx, status)
+        if self.log_enabled() and self.logger.isEnabledFor(logging.INFO):
+            line = {
+                "ts": round(time.time(), 3),
+                "request_id": ctx.request_id,
+                "method": request.method,
+                "path": request.path,
+                "status": status,
+                "client": request.client,
+                "key": ctx.key_name or None,
+                "model": ctx.model or None,
+                "class": ctx.workload.value if ctx.workload else None,
+                "class_reason": ctx.workload_reason or None,
+                "route": ctx.route or None,
+                "pool": ctx.pool or None,
+                "policy": ctx.policy or None,
+                "backend": ctx.backend or None,
+                "attempts": ctx.attempts,
+                "stream": ctx.stream,
+                "ttft_ms": _ms(ctx.ttft_s),
+                "e2e_ms": _ms(ctx.e2e_s),
+                "prompt_tokens": ctx.prompt_tokens,
+                "completion_tokens": ctx.completion_tokens,
+                "cached_tokens": ctx.cached_tokens,
+                "error": ctx.error_kind or None,
+            }
+            self.logger.info(orjson.dumps(line).decode())
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+class ErrorsMiddleware:
+    """:class:`GatewayError` → its status and OpenAI error JSON; anything else → a
+    logged 500 (a gateway bug, never the client's input)."""
+
+    def __init__(self, app: Handler, logger: logging.Logger) -> None:
+        self.app, self.logger = app, logger
+
+    async def __call__(self, request: Request) -> Response:
+        try:
+            return await self.app(request)
+        except GatewayError as exc:
+            request.ctx.error_kind = exc.kind
+            return error_response(exc)
+        except Exception:
+            self.logger.exception("internal error answering %s %s", request.method, request.path)
+            request.ctx.error_kind = "internal"
+            return error_response(
+                GatewayError(
+                    "internal gateway error",
+                    status=500,
+                    error_type="server_error",
+                    kind="internal",
+                )
+            )
+
+
+class AuthMiddleware:
+    """``/v1/`` requests must present a configured key (unless none is configured)."""
+
+    def __init__(self, app: Handler, state: StateRef) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, request: Request) -> Response:
+        if request.path.startswith("/v1/"):
+            key = self.state().keys.authenticate(request.headers)
+            if key is not None:
+                request.ctx.key_name = key.name
+        return await self.app(request)
+
+
+class RateLimitMiddleware:
+    """Per-key requests/min before the request; tokens/min charged when it ends."""
+
+    def __init__(self, app: Handler, state: StateRef, clock: Clock) -> None:
+        self.app, self.state, self.clock = app, state, clock
+
+    async def __call__(self, request: Request) -> Response:
+        name = request.ctx.key_name
+        if not name or request.path not in COMPLETION_PATHS:
+            return await self.app(request)
+        limiter = self.state().limiters.get(name)
+        if limiter is None:
+            return await self.app(request)
+        refused = limiter.admit(self.clock())
+        if refused is not None:
+            raise refused
+        response = await self.app(request)
+        ctx = request.ctx
+
+        def charge() -> None:
+            used = (ctx.prompt_tokens or 0) + (ctx.completion_tokens or 0)
+            limiter.charge_tokens(used, self.clock())
+
+        response.closers.append(charge)
+        return response
+
+
+class AdmissionMiddleware:
+    """At most ``max_in_flight`` completions at once (streams until their end); the
+    rest queue, boundedly."""
+
+    def __init__(self, app: Handler, gate: AdmissionGate) -> None:
+        self.app, self.gate = app, gate
+
+    async def __call__(self, request: Request) -> Response:
+        if request.path not in COMPLETION_PATHS:
+            return await self.app(request)
+        await self.gate.acquire()
+        try:
+            response = await self.app(request)
+        except BaseException:
+            self.gate.release()
+            raise
+        response.closers.append(self.gate.release)
+        return response

@@ -1,0 +1,1 @@
+"""Routing policies: pure functions over backend snapshots (see base.py)."""

@@ -1,0 +1,70 @@
+"""What a routing policy sees, and the one interface every policy has.
+
+A policy orders the available backends of a pool, most preferred first; the proxy
+sends to the first and fails over down the list. Policies are pure: they get plain
+snapshots, never a web request, and everything that varies is passed in (the
+``rng`` for randomness, ``sequence`` for turn-taking). The same input gives the same
+order, so tests need no fakes::
+
+    order = policy.order(snapshots, PickInput(sequence=7, rng=random.Random(0)))
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from kvroute.gateway.types import WorkloadClass
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSnapshot:
+    """One backend as a policy sees it, at one moment."""
+
+    name: str
+    weight: float
+    num_outstanding: int
+    """Requests the gateway has sent it that have not finished (streams included)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PickInput:
+    """What a policy may use besides the snapshots.
+
+    ``sequence`` counts the route's requests (round robin takes turns with it);
+    ``session_key`` is the request's session (header or ``user``), None without one.
+    """
+
+    rng: random.Random
+    sequence: int = 0
+    session_key: str | None = None
+    workload: WorkloadClass | None = None
+
+
+class Policy(Protocol):
+    """Orders candidates: a permutation of ``range(len(backends))``, best first.
+
+    ``backends`` is never empty. Must not mutate anything but ``pick.rng``.
+    """
+
+    def order(self, backends: Sequence[BackendSnapshot], pick: PickInput) -> list[int]: ...
+
+
+class PolicyFactory(Protocol):
+    """Builds a policy from a route's ``policy_options`` (raises ``ValueError`` with a
+    readable message for a bad option)."""
+
+    def __call__(self, options: Mapping[str, object]) -> Policy: ...
+
+
+def no_options(name: str, options: Mapping[str, object]) -> None:
+    """For policies that take none: any option given is an error."""
+    if options:
+        raise ValueError(f"policy '{name}' takes no options (got {', '.join(sorted(options))})")
+
+
+def by_load(backends: Sequence[BackendSnapshot], indexes: Sequence[int]) -> list[int]:
+    """``indexes`` sorted by outstanding requests per unit of weight (stable)."""
+    return sorted(indexes, key=lambda i: backends[i].num_outstanding / backends[i].weight)

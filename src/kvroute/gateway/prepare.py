@@ -1,0 +1,92 @@
+"""Reading a client's request body and building the one sent upstream. Pure.
+
+The gateway checks only what it needs to route and to answer bad input with a 400
+(a JSON object; ``messages`` or ``prompt``; a string ``model``; a boolean ``stream``).
+Every other field goes upstream byte for byte: no renaming (SGLang's router turns
+``max_tokens`` into ``max_completion_tokens``, which some servers ignore), no
+dropping. Two changes are made, both on purpose:
+
+- ``stream_options.include_usage`` is added to a streaming request that did not ask
+  for it, so the gateway can count tokens; the relay removes that usage again
+  (see sse.py). Added by splicing the raw bytes when the body has no
+  ``stream_options``, by re-encoding when it has one.
+- ``model`` is replaced when a route maps an alias to the backend's model name.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from kvroute.gateway.errors import bad_request
+
+_INJECTED = b'"stream_options":{"include_usage":true},'
+
+
+class Endpoint(enum.Enum):
+    CHAT = "/v1/chat/completions"
+    COMPLETIONS = "/v1/completions"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientBody:
+    """A validated request body: the raw bytes and what routing needs from them."""
+
+    raw: bytes
+    data: dict[str, Any]
+    endpoint: Endpoint
+    model: str
+    stream: bool
+    wants_usage: bool
+
+
+def parse_body(raw: bytes, endpoint: Endpoint) -> ClientBody:
+    """Decode and check ``raw``; raise a 400 :class:`GatewayError` naming the field."""
+    if not raw.strip():
+        raise bad_request("the request body is empty; send a JSON object")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"the request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise bad_request(f"the request body must be a JSON object, not {type(data).__name__}")
+    model = data.get("model", "")
+    if not isinstance(model, str):
+        raise bad_request("'model' must be a string", param="model")
+    if endpoint is Endpoint.CHAT:
+        messages = data.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise bad_request("'messages' must be a non-empty array", param="messages")
+        if not all(isinstance(m, dict) for m in messages):
+            raise bad_request("every entry of 'messages' must be an object", param="messages")
+    elif not isinstance(data.get("prompt"), str | list):
+        raise bad_request("'prompt' must be a string or an array", param="prompt")
+    stream = data.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise bad_request("'stream' must be a boolean", param="stream")
+    options = data.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise bad_request("'stream_options' must be an object", param="stream_options")
+    wants_usage = bool(options.get("include_usage")) if options else False
+    return ClientBody(raw, data, endpoint, model, stream, wants_usage)
+
+
+def upstream_body(body: ClientBody, *, inject_usage: bool, model: str | None) -> bytes:
+    """The bytes to send upstream: ``body.raw`` unless a change is needed (see above)."""
+    rename = model is not None and model != body.model
+    if not inject_usage and not rename:
+        return body.raw
+    if inject_usage and not rename and "stream_options" not in body.data:
+        start = body.raw.index(b"{") + 1
+        return body.raw[:start] + _INJECTED + body.raw[start:]
+    data = dict(body.data)
+    if inject_usage:
+        data["stream_options"] = {**(body.data.get("stream_options") or {}), "include_usage": True}
+    if rename:
+        data["model"] = model
+    return orjson.dumps(data)

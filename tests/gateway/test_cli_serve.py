@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kvroute.cli.serve import serve_cmd
+from kvroute.engines.state import EngineRecord
+from kvroute.errors import UsageError
+from kvroute.gateway.auth import hash_key
+from kvroute.gateway.config import ListenerConfig
+from kvroute.gateway.zeroconfig import config_from_records
+
+
+def test_hash_key_reads_stdin() -> None:
+    result = CliRunner().invoke(serve_cmd, ["--hash-key"], input="sk-secret\n")
+    assert result.exit_code == 0 and result.output.strip() == hash_key("sk-secret")
+
+
+def test_check_validates_and_summarises(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text("backends: [{name: a, url: 'http://127.0.0.1:1', engine: vllm}]\n")
+    result = CliRunner().invoke(serve_cmd, ["--config", str(path), "--check"])
+    assert result.exit_code == 0
+    assert "ok: 1 backends, 1 routes, 0 keys, listening on 127.0.0.1:8000" in result.output
+
+
+def record(port: int) -> EngineRecord:
+    return EngineRecord("llamacpp", port, f"http://127.0.0.1:{port}", "Smol", 1, 1, 0.0, "/l", ())
+
+
+def test_zero_config_fronts_recorded_engines() -> None:
+    config = config_from_records([record(1), record(2)], ListenerConfig(), "state")
+    assert [(b.name, b.url, b.models) for b in config.backends] == [
+        ("llamacpp-1", "http://127.0.0.1:1", ("Smol",)),
+        ("llamacpp-2", "http://127.0.0.1:2", ("Smol",)),
+    ]
+    assert config.routes[0].policy == "least_outstanding"
+
+
+def test_zero_config_without_engines_says_how_to_start_some() -> None:
+    with pytest.raises(UsageError) as err:
+        config_from_records([], ListenerConfig(), "state")
+    assert "kvroute engines up" in (err.value.hint or "")
+
+
+def test_serve_reloads_on_sighup_and_stops_on_sigterm(tmp_path: Path) -> None:
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = tmp_path / "gw.yaml"
+
+    def write(model: str) -> None:
+        path.write_text(
+            f"listener: {{port: {port}}}\n"
+            f"backends: [{{name: a, url: 'http://127.0.0.1:9', engine: vllm, model: {model}}}]\n"
+            "health: {interval_s: 60}\n"
+        )
+
+    def models() -> list[str]:
+        return [m["id"] for m in httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"]]
+
+    write("first")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from kvroute.cli.serve import serve_cmd; serve_cmd()",
+            "--config",
+            str(path),
+            "--quiet",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert models() == ["first"]
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.1)
+        write("second")
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while models() != ["second"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert models() == ["second"]
+        path.write_text("backends: nonsense\n")
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.3)
+        assert models() == ["second"]  # a bad file leaves the running config
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "reload failed" in (proc.stderr.read() if proc.stderr else "")

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+
+from kvroute.gateway.errors import GatewayError
+from kvroute.gateway.prepare import Endpoint, parse_body, upstream_body
+
+RAW = b'{ "model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true, "max_tokens": 5, "x_custom": [1] }'
+
+
+def test_untouched_when_nothing_to_change() -> None:
+    body = parse_body(RAW, Endpoint.CHAT)
+    assert upstream_body(body, inject_usage=False, model=None) is RAW
+    assert upstream_body(body, inject_usage=False, model="m") is RAW
+
+
+def test_usage_is_spliced_in_keeping_every_other_byte() -> None:
+    out = upstream_body(parse_body(RAW, Endpoint.CHAT), inject_usage=True, model=None)
+    assert out.replace(b'"stream_options":{"include_usage":true},', b"") == RAW
+    assert json.loads(out)["stream_options"] == {"include_usage": True}
+
+
+def test_existing_stream_options_and_alias_are_reencoded() -> None:
+    raw = b'{"model": "alias", "prompt": "x", "stream": true, "stream_options": {"include_usage": false, "other": 1}}'
+    out = orjson.loads(
+        upstream_body(parse_body(raw, Endpoint.COMPLETIONS), inject_usage=True, model="real")
+    )
+    assert out == {
+        "model": "real",
+        "prompt": "x",
+        "stream": True,
+        "stream_options": {"include_usage": True, "other": 1},
+    }
+
+
+def test_reads_what_routing_needs() -> None:
+    body = parse_body(RAW, Endpoint.CHAT)
+    assert (body.model, body.stream, body.wants_usage) == ("m", True, False)
+    assert parse_body(b'{"prompt": [1, 2], "stream": null}', Endpoint.COMPLETIONS).stream is False
+
+
+@pytest.mark.parametrize("raw", [b'{"model": "m", "prompt": 3}', b'{"model": "m"}'])
+def test_completions_need_a_prompt(raw: bytes) -> None:
+    with pytest.raises(GatewayError) as err:
+        parse_body(raw, Endpoint.COMPLETIONS)
+    assert err.value.status == 400 and err.value.param == "prompt"
