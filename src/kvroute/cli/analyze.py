@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
@@ -13,17 +12,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
+from kvroute.cli.files import write_atomic
 from kvroute.errors import UsageError
 from kvroute.trace.formats.base import ReadOptions
 from kvroute.trace.io import ReadStats
 from kvroute.trace.readers import detect_format, read_trace, trace_formats
 from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.part")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 @click.command("analyze")
@@ -177,7 +171,7 @@ def analyze_cmd(
         if json_path == Path("-"):
             click.echo(data.decode(), nl=False)
         else:
-            _write_atomic(json_path, data)
+            write_atomic(json_path, data)
             if not quiet:
                 console.print(f"wrote {json_path}")
     if html_path is not None:
@@ -210,5 +204,5 @@ def sample_cmd(out: Path, num_requests: int, seed: int, rate_per_s: float) -> No
     data = b"".join(
         orjson.dumps(r) + b"\n" for r in sample_log(num_requests, seed=seed, rate_per_s=rate_per_s)
     )
-    _write_atomic(out, data)
+    write_atomic(out, data)
     click.echo(f"wrote {num_requests:,} requests to {out}")

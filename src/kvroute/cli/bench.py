@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-import orjson
 from rich.console import Console
 
+from kvroute.cli.files import parse_pairs
 from kvroute.errors import UsageError
 
 if TYPE_CHECKING:
     from kvroute.bench.schedule import CancelSpec, Load
-
-
-def _pairs(values: tuple[str, ...], what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for v in values:
-        key, sep, value = v.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"bad {what} {v!r}", hint=f"use {what} name=value")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def _cancel(spec: str | None) -> CancelSpec | None:
@@ -62,12 +50,6 @@ def _loads(
     if any(v != int(v) for v in values):
         raise UsageError("--concurrency takes whole numbers")
     return tuple(ClosedLoop(int(v), think) for v in values)
-
-
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.part")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 @click.group("bench", invoke_without_command=True)
@@ -274,7 +256,7 @@ def bench_group(
     )
     console = Console(stderr=True)
     tok = load_tokenizer(tokenizer)
-    param_map = _pairs(params, "--param")
+    param_map = parse_pairs(params, "--param")
     requests = generate(workload, num_requests, tok, seed=seed, params=param_map)
     if not requests:
         raise UsageError(f"workload {workload} produced no request")
@@ -300,118 +282,11 @@ def bench_group(
             console.print(f"wrote {html_path}")
 
 
-@bench_group.command("compare")
-@click.argument("a", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.argument("b", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option(
-    "--html",
-    "html_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Write an HTML comparison.",
-)
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Write the differences as JSON.",
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
-def compare_cmd(
-    a: Path, b: Path, html_path: Path | None, json_path: Path | None, seed: int
-) -> None:
-    """Tabulate and chart the differences between two bench results A and B, with the
-    noise each difference is judged against."""
-    from kvroute.bench.compare import compare
-    from kvroute.bench.result import load_result
-    from kvroute.report.bench_console import render_comparison
+def _add_tools() -> None:
+    from kvroute.cli.bench_tools import compare_cmd, generate_cmd, report_cmd, workloads_cmd
 
-    ra, rb = load_result(a), load_result(b)
-    pairs = compare(ra, rb, seed=seed)
-    render_comparison(pairs, Console())
-    if json_path is not None:
-        _write(json_path, orjson.dumps(pairs, option=orjson.OPT_INDENT_2) + b"\n")
-    if html_path is not None:
-        from kvroute.report.bench_page import write_compare_page
-
-        write_compare_page(ra, rb, pairs, html_path)
+    for cmd in (compare_cmd, workloads_cmd, generate_cmd, report_cmd):
+        bench_group.add_command(cmd)
 
 
-@bench_group.command("workloads")
-@click.argument("name", required=False)
-def workloads_cmd(name: str | None) -> None:
-    """List the workloads and their parameters (or one workload's)."""
-    from kvroute.bench.workloads.registry import workload_params, workload_registry
-
-    names = [name] if name else workload_registry().names()
-    for n in names:
-        cls = workload_registry().get(n)
-        doc = (cls.__doc__ or "").strip().splitlines()
-        module_doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
-        click.echo(
-            click.style(n, bold=True)
-            + "  "
-            + (module_doc[0] if module_doc else doc[0] if doc else "")
-        )
-        for p in workload_params(n):
-            click.echo(f"  {p.name:<22} {p.type_name:<6} {p.default!s:<12} {p.doc}")
-
-
-@bench_group.command("generate")
-@click.argument("workload")
-@click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("-p", "--param", "params", multiple=True, help="Workload parameter name=value.")
-@click.option("-n", "--num-requests", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--tokenizer", help="A .gguf or HF tokenizer directory (default: the SmolLM2 GGUF).")
-@click.option(
-    "--model",
-    default="SmolLM2-135M-Instruct",
-    show_default=True,
-    help="The model name in each body.",
-)
-def generate_cmd(
-    workload: str,
-    out: Path,
-    params: tuple[str, ...],
-    num_requests: int,
-    seed: int,
-    tokenizer: str | None,
-    model: str,
-) -> None:
-    """Write WORKLOAD's requests to OUT as an OpenAI request log (JSONL), which
-    `kvroute analyze` reads: check the overlap a workload was built with."""
-    from kvroute.bench.export import log_records
-    from kvroute.bench.workloads.registry import generate
-    from kvroute.trace.tokenizer import load_tokenizer
-
-    requests = generate(
-        workload,
-        num_requests,
-        load_tokenizer(tokenizer),
-        seed=seed,
-        params=_pairs(params, "--param"),
-    )
-    _write(out, b"".join(orjson.dumps(r) + b"\n" for r in log_records(requests, model=model)))
-    click.echo(f"wrote {len(requests):,} requests to {out}")
-
-
-@bench_group.command("report")
-@click.argument("result", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.option(
-    "--html",
-    "html_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Write the HTML report.",
-)
-@click.option("--wide", is_flag=True, help="Every column in the terminal table.")
-def report_cmd(result: Path, html_path: Path | None, wide: bool) -> None:
-    """Show a saved bench result again (terminal table, optional HTML report)."""
-    from kvroute.bench.result import load_result
-    from kvroute.report.bench_console import render_result
-
-    loaded = load_result(result)
-    render_result(loaded, Console(), wide=wide)
-    if html_path is not None:
-        from kvroute.report.bench_page import write_bench_page
-
-        write_bench_page(loaded, html_path)
+_add_tools()
