@@ -2,9 +2,11 @@
 
 Three processes, pinned so they do not steal each other's core:
 
-- a stub OpenAI upstream (raw asyncio): answers every chat completion with a stream
-  of ``--tokens`` chunks, ``--token-interval-ms`` apart, plus the usage chunk when
-  asked, then ``[DONE]``;
+- a stub OpenAI upstream (raw asyncio): answers every POST (a chat completion) with a
+  stream of ``--tokens`` chunks, ``--token-interval-ms`` apart, plus the usage chunk
+  when asked, then ``[DONE]``; GETs of ``/health``, ``/v1/models`` and sglang's
+  ``/get_model_info`` / ``/get_server_info`` get small fixed JSON answers (the
+  routers compared in ``gateway_peers.py`` probe them);
 - the gateway (``kvroute.gateway``, uvloop), alone on CPU 0, in front of the stub;
 - the load generator, sharing CPU 1 with the stub.
 
@@ -47,11 +49,29 @@ CHAT_PATH = "/v1/chat/completions"
 # -- the stub upstream ------------------------------------------------------------------
 
 
+# no model_path / tokenizer_path: given one, sglang-router tries to download that
+# tokenizer from the Hugging Face hub (the stub has none)
+_STUB_MODEL_INFO = b'{"is_generation":true,"preferred_sampling_params":null}'
+_STUB_GET: dict[bytes, tuple[bytes, bytes]] = {
+    b"/health": (b"200 OK", b""),
+    b"/health_generate": (b"200 OK", b""),
+    b"/v1/models": (
+        b"200 OK",
+        b'{"object":"list","data":[{"id":"stub","object":"model","created":0,"owned_by":"stub"}]}',
+    ),
+    b"/get_model_info": (b"200 OK", _STUB_MODEL_INFO),
+    b"/model_info": (b"200 OK", _STUB_MODEL_INFO),
+    b"/get_server_info": (b"200 OK", b"{}"),
+    b"/server_info": (b"200 OK", b"{}"),
+}
+
+
 class _StubProtocol(asyncio.Protocol):
     def __init__(self, tokens: int, interval_s: float) -> None:
         self.tokens, self.interval_s = tokens, interval_s
         self.parser = httptools.HttpRequestParser(self)
         self.body = bytearray()
+        self.url = b""
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -60,17 +80,40 @@ class _StubProtocol(asyncio.Protocol):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def data_received(self, data: bytes) -> None:
-        self.parser.feed_data(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            # not HTTP/1.1: sglang-router probes for gRPC / HTTP/2 (PRI *) first
+            assert self.transport is not None
+            self.transport.close()
 
     def on_message_begin(self) -> None:
         self.body = bytearray()
+        self.url = b""
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
 
     def on_body(self, body: bytes) -> None:
         self.body += body
 
     def on_message_complete(self) -> None:
+        if self.parser.get_method() == b"GET":
+            # what routers probe before accepting a worker (bench/gateway_peers.py):
+            # liveness, the model list, and sglang's info endpoints; no streaming.
+            self._answer_get(self.url.split(b"?", 1)[0])
+            return
         usage = b'"include_usage":true' in self.body
         asyncio.get_running_loop().create_task(self._answer(usage))
+
+    def _answer_get(self, path: bytes) -> None:
+        t = self.transport
+        assert t is not None
+        status, body = _STUB_GET.get(path, (b"404 Not Found", b'{"error":"not found"}'))
+        t.write(
+            b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (status, len(body), body)
+        )
 
     async def _answer(self, usage: bool) -> None:
         t = self.transport
@@ -128,15 +171,12 @@ def _run_gateway(config_path: str, cpu: int) -> None:
 # -- the load generator -----------------------------------------------------------------
 
 
-def _body(stream: bool = True) -> bytes:
-    return orjson.dumps(
-        {
-            "model": "stub",
-            "messages": [{"role": "user", "content": "Say hello in a few words."}],
-            "max_tokens": 16,
-            "stream": stream,
-        }
-    )
+def _body(stream: bool = True, system_chars: int = 0) -> bytes:
+    messages = [{"role": "user", "content": "Say hello in a few words."}]
+    if system_chars:
+        words = " ".join(f"rule{i % 97} applies" for i in range(system_chars // 14 + 1))
+        messages.insert(0, {"role": "system", "content": words[:system_chars]})
+    return orjson.dumps({"model": "stub", "messages": messages, "max_tokens": 16, "stream": stream})
 
 
 async def _one(transport: Any, body: bytes) -> tuple[float, float]:
@@ -160,13 +200,14 @@ async def _one(transport: Any, body: bytes) -> tuple[float, float]:
     return ttft, time.perf_counter() - t0
 
 
-async def _open_loop(gw_url: str, direct_url: str, rate: float, seconds: float) -> dict[str, Any]:
+async def _open_loop(
+    gw_url: str, direct_url: str, rate: float, seconds: float, body: bytes
+) -> dict[str, Any]:
     from kvroute.gateway.upstream import PooledTransport
 
     targets = {"gateway": PooledTransport(gw_url), "direct": PooledTransport(direct_url)}
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in targets}
     errors: dict[str, int] = dict.fromkeys(targets, 0)
-    body = _body()
     tasks: list[asyncio.Task[None]] = []
 
     async def fire(name: str) -> None:
@@ -222,11 +263,10 @@ async def _open_loop(gw_url: str, direct_url: str, rate: float, seconds: float) 
     return out
 
 
-async def _closed_loop(url: str, concurrency: int, seconds: float) -> dict[str, Any]:
+async def _closed_loop(url: str, concurrency: int, seconds: float, body: bytes) -> dict[str, Any]:
     from kvroute.gateway.upstream import PooledTransport
 
     transport = PooledTransport(url)
-    body = _body()
     done = 0
     errors = 0
     stop_at = time.perf_counter() + seconds
@@ -305,6 +345,12 @@ def main() -> None:
     parser.add_argument("--access-log", action="store_true", help="gateway writes its access log")
     parser.add_argument("--quick", action="store_true", help="3 s phases")
     parser.add_argument(
+        "--capture", action="store_true", help="gateway captures traffic (capture: section)"
+    )
+    parser.add_argument(
+        "--system-chars", type=int, default=0, help="add a system prompt of this many chars"
+    )
+    parser.add_argument(
         "--out", default=str(Path(__file__).with_name("gateway_overhead_results.json"))
     )
     args = parser.parse_args()
@@ -320,6 +366,7 @@ def main() -> None:
         f"backends:\n  - {{name: stub, url: 'http://{HOST}:{stub_port}', engine: vllm, models: [stub]}}\n"
         "health: {interval_s: 5, scrape_counters: false}\n"
         "limits: {max_in_flight: 4096, max_queue: 4096}\n"
+        + (f"capture: {{directory: '{tmp / 'capture'}'}}\n" if args.capture else "")
     )
     ctx = mp.get_context("spawn")
     interval_s = args.token_interval_ms / 1000
@@ -336,6 +383,7 @@ def main() -> None:
         import uvloop
 
         gw_url, direct_url = f"http://{HOST}:{gw_port}", f"http://{HOST}:{stub_port}"
+        body = _body(system_chars=args.system_chars)
         result: dict[str, Any] = {
             "machine": {
                 "cpus": len(cpus),
@@ -345,11 +393,13 @@ def main() -> None:
             },
             "stub": {"tokens": args.tokens, "token_interval_ms": args.token_interval_ms},
             "gateway_access_log": args.access_log,
+            "gateway_capture": args.capture,
+            "system_chars": args.system_chars,
         }
         assert gateway.pid is not None
         cpu0 = _cpu_s(gateway.pid)
         runs = [
-            uvloop.run(_open_loop(gw_url, direct_url, args.rate, args.seconds))
+            uvloop.run(_open_loop(gw_url, direct_url, args.rate, args.seconds, body))
             for _ in range(args.repeat)
         ]
         cpu1 = _cpu_s(gateway.pid)
@@ -363,7 +413,7 @@ def main() -> None:
             for metric in ("ttft_ms", "e2e_ms")
         }
         result["closed_loop_gateway"] = uvloop.run(
-            _closed_loop(gw_url, args.concurrency, args.closed_seconds)
+            _closed_loop(gw_url, args.concurrency, args.closed_seconds, body)
         )
         cpu2 = _cpu_s(gateway.pid)
         n_open = sum(r["gateway"]["requests"] + 20 for r in runs)  # + warm-up
@@ -379,7 +429,7 @@ def main() -> None:
             )
         }
         result["closed_loop_direct"] = uvloop.run(
-            _closed_loop(direct_url, args.concurrency, args.closed_seconds)
+            _closed_loop(direct_url, args.concurrency, args.closed_seconds, body)
         )
     finally:
         for proc in (gateway, stub):
