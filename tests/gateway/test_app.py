@@ -193,7 +193,9 @@ def test_graceful_stop_lets_streams_finish(loop_thread: LoopThread, fake: FakeUp
             target=lambda: out.append(post(gw.url, "sk-alice", {**CHAT, "stream": True}).text)
         )
         t.start()
-        time.sleep(0.1)
+        deadline = time.monotonic() + 10
+        while not fake.received and time.monotonic() < deadline:  # the stream has started upstream
+            time.sleep(0.01)
         cut = gw.loop.run(gw.gateway.stop(5.0))
         t.join()
     assert cut == 0

@@ -66,7 +66,7 @@ def test_minimal_config_routes_everything() -> None:
         ),
         (
             "backends:\n  - {name: a, url: 'http://h:1', engine: vllm}\nroutes:\n  - {pool: default, policy: fastest}\n",
-            "unknown policy 'fastest' (valid: least_outstanding, power_of_two, round_robin, session_affinity, weighted_random)",
+            "unknown policy 'fastest' (valid: cache_aware, least_outstanding, power_of_two, round_robin, session_affinity, weighted_random)",
         ),
         (
             "backends:\n  - {name: a, url: 'http://h:1', engine: vllm}\nroutes:\n  - {pool: default, match: {class: [poetry]}}\n",

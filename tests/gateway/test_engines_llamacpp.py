@@ -275,8 +275,10 @@ def test_client_disconnect_stops_generation(
         assert busy_slots() == 1  # generating 1500 tokens: minutes on this model and machine
         stream.close()
         closed_at = time.monotonic()
-        while busy_slots() and time.monotonic() - closed_at < 5:
+        while busy_slots() and time.monotonic() - closed_at < 10:
             time.sleep(0.05)
         stopped_after_s = time.monotonic() - closed_at
     assert busy_slots() == 0
-    assert stopped_after_s < 3.0
+    # Generation would go on for minutes; cancellation must end it within seconds (the bound
+    # leaves room for a loaded 2-core CI machine polling /slots).
+    assert stopped_after_s < 5.0

@@ -21,7 +21,9 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -35,6 +37,8 @@ from kvroute.gateway.backends import (
     adapter_factory,
     pooled_transport,
 )
+from kvroute.gateway.cache_routing import CacheRouter
+from kvroute.gateway.capture import TraceCapture, capture_event
 from kvroute.gateway.classify import PrefixOracle, classify
 from kvroute.gateway.config import GatewayConfig, load_config
 from kvroute.gateway.errors import GatewayError
@@ -48,12 +52,15 @@ from kvroute.gateway.middleware import (
     RateLimitMiddleware,
 )
 from kvroute.gateway.policies.base import PickInput
+from kvroute.gateway.policies.registry import CACHE_AWARE
 from kvroute.gateway.prepare import Endpoint, parse_body, upstream_body
+from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.gateway.proxy import Forward, Proxy
-from kvroute.gateway.routing import candidates, order_backends, select_route
+from kvroute.gateway.routing import Route, candidates, order_backends, select_route
 from kvroute.gateway.server import HttpServer, ServerLimits
 from kvroute.gateway.state import GatewayState, build_state
 from kvroute.gateway.types import Handler, Request, Response, json_response
+from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
 
 ACCESS_LOGGER = "kvroute.gateway.access"
 _ENDPOINTS = {e.value: e for e in Endpoint}
@@ -76,10 +83,13 @@ class Gateway:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
         oracle: PrefixOracle | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        load: Callable[[str | None], ChatTokenizer] = load_tokenizer,
     ) -> None:
         self.config_path = config_path
         self.metrics = GatewayMetrics()
         self.clock = clock
+        self.wall_clock = wall_clock
         self.rng = rng or random.Random()
         self.oracle = oracle
         self.logger = logging.getLogger("kvroute.gateway")
@@ -102,6 +112,18 @@ class Gateway:
         self.handler: Handler = self._stack()
         self.server: HttpServer | None = None
         self._retired: list[Backend] = []
+        # Capture settings apply at start; a reload does not restart the writer.
+        self._load = load
+        self.capture = (
+            TraceCapture(
+                replace(config.capture, tokenizer=config.capture.tokenizer or config.tokenizer),
+                load=load,
+                wall_clock=wall_clock,
+            )
+            if config.capture.enabled
+            else None
+        )
+        self.cache_router: CacheRouter | None = None
 
     @property
     def state(self) -> GatewayState:
@@ -127,6 +149,11 @@ class Gateway:
         """Listen (default: the config's listener) and start health checks; returns the
         port (useful with port 0)."""
         listener = self._state.config.listener
+        if self.capture is not None:
+            await asyncio.to_thread(self.capture.start)
+        if _needs_cache_router(self._state.config):
+            tokenizer = await asyncio.to_thread(self._load, self._state.config.tokenizer or None)
+            self.cache_router = CacheRouter(PromptTokens(tokenizer), self.logger)
         self.server = HttpServer(
             self.handler,
             ServerLimits(max_body_bytes=listener.max_body_bytes),
@@ -148,6 +175,8 @@ class Gateway:
                 timeout if drain_timeout_s is None else drain_timeout_s
             )
         await self.health.stop()
+        if self.capture is not None:
+            await asyncio.to_thread(self.capture.close)  # every answered request is queued
         for backend in (*self._state.backends, *self._retired):
             await backend.transport.aclose()
         await self._http.aclose()
@@ -164,6 +193,11 @@ class Gateway:
         )
         limits = config.limits
         self.gate.resize(limits.max_in_flight, limits.max_queue, limits.queue_timeout_s)
+        if self.cache_router is None and _needs_cache_router(config):
+            # Rare (a reload adds the first cache_aware route): load here, blocking once.
+            self.cache_router = CacheRouter(
+                PromptTokens(self._load(config.tokenizer or None)), self.logger
+            )
         self._retired.extend(retired)
         self._close_idle_retired()
         self.metrics.reloads.inc(("ok",))
@@ -204,7 +238,7 @@ class Gateway:
         if path == "/ready":
             return self._ready()
         if path == "/metrics":
-            body = self.metrics.exposition(lambda: self._state.backends, self.gate)
+            body = self.metrics.exposition(lambda: self._state.backends, self.gate, self.capture)
             return Response(200, [("content-type", "text/plain; version=0.0.4")], body)
         if path.startswith("/admin/"):
             return self._admin(request)
@@ -232,23 +266,77 @@ class Gateway:
         ctx.route, ctx.pool, ctx.policy = route.config.name, route.config.pool, route.config.policy
         model = route.config.upstream_model or body.model
         available = candidates(route, state.backends, model, self.clock())
+        session_key = self._session_key(request, body.data)
+        ordered, finish = self._order(request, route, available, body.data, session_key)
+        inject = body.stream and not body.wants_usage
+        try:
+            response = await self.proxy.forward(
+                Forward(
+                    request=request,
+                    body=body,
+                    payload=upstream_body(
+                        body, inject_usage=inject, model=route.config.upstream_model
+                    ),
+                    backends=ordered,
+                    strip_usage=inject,
+                    route_headers=state.config.listener.route_headers,
+                )
+            )
+        except BaseException:
+            if finish is not None:
+                finish(0)
+            raise
+        self._when_done(request, response, body.data, session_key, finish)
+        return response
+
+    def _order(
+        self,
+        request: Request,
+        route: Route,
+        available: list[Backend],
+        data: dict[str, Any],
+        session_key: str | None,
+    ) -> tuple[list[Backend], Callable[[int], None] | None]:
+        """The policy's order of ``available``; on a cache_aware route also the
+        function that records the request's end in the chosen backend's cache view."""
+        router = self.cache_router if route.config.policy == CACHE_AWARE else None
+        prediction = router.predict(data, available, session_key) if router is not None else None
         pick = PickInput(
             rng=self.rng,
             sequence=route.next_sequence(),
-            session_key=self._session_key(request, body.data),
-            workload=label.workload,
+            session_key=session_key,
+            workload=request.ctx.workload,
+            prompt_tokens=prediction.num_tokens if prediction is not None else 0,
         )
-        inject = body.stream and not body.wants_usage
-        return await self.proxy.forward(
-            Forward(
-                request=request,
-                body=body,
-                payload=upstream_body(body, inject_usage=inject, model=route.config.upstream_model),
-                backends=order_backends(route, available, pick),
-                strip_usage=inject,
-                route_headers=state.config.listener.route_headers,
+        hits = prediction.hits if prediction is not None else None
+        ordered = order_backends(route, available, pick, hits)
+        if router is None or prediction is None:
+            return ordered, None
+        request.ctx.route_detail = prediction.explain(available, ordered[0])
+        return ordered, router.start(prediction, available, ordered[0], data)
+
+    def _when_done(
+        self,
+        request: Request,
+        response: Response,
+        data: dict[str, Any],
+        session_key: str | None,
+        finish: Callable[[int], None] | None,
+    ) -> None:
+        """What runs once the answer is complete: the cache view, then capture."""
+        ctx = request.ctx
+        if finish is not None:
+            done = finish
+            response.closers.append(lambda: done(ctx.completion_tokens or 0))
+        capture = self.capture
+        if capture is not None:
+            response.closers.append(
+                lambda: capture.submit(
+                    capture_event(
+                        request, data, session_key, response.status, self.clock, self.wall_clock
+                    )
+                )
             )
-        )
 
     def _session_key(self, request: Request, data: dict[str, object]) -> str | None:
         session = self._state.config.session
@@ -318,6 +406,10 @@ class Gateway:
             kind="not_found",
             code="not_found",
         )
+
+
+def _needs_cache_router(config: GatewayConfig) -> bool:
+    return any(r.policy == CACHE_AWARE for r in config.routes)
 
 
 def _require(method: str, wanted: str) -> None:

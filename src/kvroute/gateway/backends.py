@@ -26,6 +26,7 @@ from kvroute.engines.base import CacheCounters, EngineAdapter, HealthState
 from kvroute.engines.registry import make_adapter
 from kvroute.errors import EngineError
 from kvroute.gateway.breaker import CircuitBreaker
+from kvroute.gateway.cache_view import BackendCacheView
 from kvroute.gateway.config import BackendConfig, BreakerConfig, HealthConfig
 from kvroute.gateway.policies.base import BackendSnapshot
 from kvroute.gateway.upstream import PooledTransport, Transport
@@ -58,6 +59,8 @@ class Backend:
     num_outstanding: int = 0
     cache_counters: CacheCounters | None = None
     discovered_models: tuple[str, ...] = ()
+    cache_view: BackendCacheView | None = None
+    """The gateway's model of its prefix cache; built on first use by a cache_aware route."""
 
     @property
     def name(self) -> str:
@@ -75,8 +78,16 @@ class Backend:
     def models(self) -> tuple[str, ...]:
         return self.config.models or self.discovered_models
 
-    def snapshot(self) -> BackendSnapshot:
-        return BackendSnapshot(self.name, self.config.weight, self.num_outstanding)
+    def snapshot(self, predicted_hit_tokens: int = 0) -> BackendSnapshot:
+        return BackendSnapshot(
+            self.name, self.config.weight, self.num_outstanding, predicted_hit_tokens
+        )
+
+    def view(self) -> BackendCacheView:
+        """Its cache view, built on first use."""
+        if self.cache_view is None:
+            self.cache_view = BackendCacheView(self.config.engine, self.config.cache)
+        return self.cache_view
 
     def on_probe(self, ok: bool, detail: str, health: HealthConfig) -> None:
         self.health_detail = detail

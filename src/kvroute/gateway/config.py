@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from kvroute.errors import InputError
+from kvroute.gateway.cache_view import CacheViewConfig
+from kvroute.gateway.capture import CaptureConfig
 from kvroute.gateway.classify import ClassifyOptions
 from kvroute.gateway.config_reader import ConfigNode
 from kvroute.gateway.policies.registry import DEFAULT_POLICY, policy_registry
@@ -58,6 +60,8 @@ class BackendConfig:
     weight: float = 1.0
     api_key: str | None = field(default=None, repr=False)
     timeouts: Timeouts = Timeouts()
+    cache: CacheViewConfig = field(default_factory=CacheViewConfig)
+    """Its KV cache, for the gateway's cache view (cache_aware routes)."""
 
     def serves(self, model: str) -> bool:
         return not self.models or model in self.models
@@ -143,6 +147,10 @@ class GatewayConfig:
     retry: RetryConfig = RetryConfig()
     session: SessionConfig = SessionConfig()
     classify: ClassifyOptions = field(default_factory=ClassifyOptions)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    tokenizer: str = ""
+    """GGUF file or HF tokenizer directory of the served model, for cache_aware routes
+    and capture; empty: the default model."""
     source: str = "<config>"
 
 
@@ -172,6 +180,8 @@ def parse_config(text: str, path: str, *, env: Mapping[str, str] | None = None) 
         "retry",
         "session",
         "classify",
+        "capture",
+        "tokenizer",
     )
     env = os.environ if env is None else env
     backends = tuple(_backend(n, env) for n in root.items("backends", required=True))
@@ -197,6 +207,8 @@ def parse_config(text: str, path: str, *, env: Mapping[str, str] | None = None) 
         retry=RetryConfig(**root.child("retry").fields(RetryConfig, positive=True)),
         session=SessionConfig(**root.child("session").fields(SessionConfig)),
         classify=ClassifyOptions(**root.child("classify").fields(ClassifyOptions, positive=True)),
+        capture=CaptureConfig(**root.child("capture").fields(CaptureConfig, positive=True)),
+        tokenizer=root.string("tokenizer") if "tokenizer" in root.data else "",
         source=path,
     )
 
@@ -224,6 +236,7 @@ def _backend(node: ConfigNode, env: Mapping[str, str]) -> BackendConfig:
         "weight",
         "api_key_env",
         "timeouts",
+        "cache",
     )
     name = node.string("name")
     url = node.string("url").rstrip("/")
@@ -256,7 +269,19 @@ def _backend(node: ConfigNode, env: Mapping[str, str]) -> BackendConfig:
         weight=weight,
         api_key=api_key,
         timeouts=Timeouts(**node.child("timeouts").fields(Timeouts, positive=True)),
+        cache=_cache_view(node.child("cache")),
     )
+
+
+def _cache_view(node: ConfigNode) -> CacheViewConfig:
+    node.check_keys("capacity_tokens", "slots")
+    values: dict[str, int] = {}
+    for key in ("capacity_tokens", "slots"):
+        if key in node.data:
+            values[key] = node.integer(key)
+            if values[key] < 1:
+                raise node.error("must be ≥ 1", key)
+    return CacheViewConfig(**values)
 
 
 def _route(node: ConfigNode, index: int, pools: set[str]) -> RouteConfig:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kvroute.gateway.backends import Backend
+from kvroute.gateway.capture import TraceCapture
 from kvroute.gateway.limits import AdmissionGate
 from kvroute.gateway.prometheus import Counter, Gauge, Histogram, MirroredCounter, render
 from kvroute.gateway.types import RequestContext
@@ -147,6 +148,11 @@ class GatewayMetrics:
         self.reloads = Counter(
             "kvroute:config_reloads_total", "Config reloads, by outcome.", ("outcome",)
         )
+        self.capture_records = MirroredCounter(
+            "kvroute:capture_records_total",
+            "Captured requests: written to the trace, dropped (queue full), failed.",
+            ("outcome",),
+        )
 
     def all(self) -> list[Counter | Gauge | Histogram]:
         return [
@@ -169,6 +175,7 @@ class GatewayMetrics:
             self.engine_prompt_tokens,
             self.engine_cached_tokens,
             self.reloads,
+            self.capture_records,
         ]
 
     def observe(self, ctx: RequestContext, status: int) -> None:
@@ -192,10 +199,19 @@ class GatewayMetrics:
         if ctx.cached_tokens:
             self.cached_tokens.inc(route, ctx.cached_tokens)
 
-    def exposition(self, backends: Callable[[], Sequence[Backend]], gate: AdmissionGate) -> bytes:
+    def exposition(
+        self,
+        backends: Callable[[], Sequence[Backend]],
+        gate: AdmissionGate,
+        capture: TraceCapture | None = None,
+    ) -> bytes:
         def collect() -> None:
             self.in_flight.set((), gate.num_in_flight)
             self.queued.set((), gate.num_queued)
+            if capture is not None:
+                self.capture_records.set(("written",), capture.num_written)
+                self.capture_records.set(("dropped",), capture.num_dropped)
+                self.capture_records.set(("failed",), capture.num_failed)
             for metric in (
                 self.backend_up,
                 self.backend_outstanding,

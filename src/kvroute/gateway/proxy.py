@@ -200,6 +200,8 @@ class Proxy:
             workload = fwd.request.ctx.workload
             headers.append(("x-kvroute-backend", backend.name))
             headers.append(("x-kvroute-class", workload.value if workload else ""))
+            if fwd.request.ctx.route_detail:
+                headers.append(("x-kvroute-route", fwd.request.ctx.route_detail))
         return headers
 
     def _full_response(

@@ -80,6 +80,15 @@ def candidates(
     return available
 
 
-def order_backends(route: Route, available: Sequence[Backend], pick: PickInput) -> list[Backend]:
-    order = route.policy.order([b.snapshot() for b in available], pick)
+def order_backends(
+    route: Route,
+    available: Sequence[Backend],
+    pick: PickInput,
+    predicted_hits: Sequence[int] | None = None,
+) -> list[Backend]:
+    """The policy's order; ``predicted_hits`` (per backend of ``available``) are the
+    cache views' predictions when the route tokenized the prompt."""
+    hits = predicted_hits or [0] * len(available)
+    snapshots = [b.snapshot(h) for b, h in zip(available, hits, strict=True)]
+    order = route.policy.order(snapshots, pick)
     return [available[i] for i in order]

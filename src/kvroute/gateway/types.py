@@ -46,6 +46,8 @@ class RequestContext:
     model: str = ""
     workload: WorkloadClass | None = None
     workload_reason: str = ""
+    route_detail: str = ""
+    """Why the backend was chosen, when the policy can say (cache_aware's predicted hits)."""
     route: str = ""
     pool: str = ""
     policy: str = ""

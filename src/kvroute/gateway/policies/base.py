@@ -27,6 +27,8 @@ class BackendSnapshot:
     weight: float
     num_outstanding: int
     """Requests the gateway has sent it that have not finished (streams included)."""
+    predicted_hit_tokens: int = 0
+    """Prompt tokens its cache view predicts it would serve from cache (cache_aware)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,8 @@ class PickInput:
     sequence: int = 0
     session_key: str | None = None
     workload: WorkloadClass | None = None
+    prompt_tokens: int = 0
+    """The prompt's length in tokens when the route tokenizes (cache_aware), else 0."""
 
 
 class Policy(Protocol):

@@ -6,6 +6,7 @@ A plugin policy registers the same way the built-ins do: ``registry.add(name, fa
 from __future__ import annotations
 
 from kvroute.gateway.policies.base import PolicyFactory
+from kvroute.gateway.policies.cache_aware import cache_aware
 from kvroute.gateway.policies.least_outstanding import least_outstanding
 from kvroute.gateway.policies.power_of_two import power_of_two
 from kvroute.gateway.policies.round_robin import round_robin
@@ -14,6 +15,8 @@ from kvroute.gateway.policies.weighted_random import weighted_random
 from kvroute.registry import Registry
 
 DEFAULT_POLICY = "least_outstanding"
+CACHE_AWARE = "cache_aware"
+"""The policy whose routes tokenize prompts and keep per-backend cache views."""
 
 
 def policy_registry() -> Registry[PolicyFactory]:
@@ -23,4 +26,5 @@ def policy_registry() -> Registry[PolicyFactory]:
     registry.add("least_outstanding", least_outstanding)
     registry.add("power_of_two", power_of_two)
     registry.add("session_affinity", session_affinity)
+    registry.add(CACHE_AWARE, cache_aware)
     return registry

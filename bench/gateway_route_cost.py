@@ -1,0 +1,134 @@
+"""What a cache_aware routing decision costs on the gateway's event loop.
+
+One decision is what the gateway does per request on a ``cache_aware`` route before
+it forwards: render the chat template and tokenize (through the piece memo), hash the
+prompt at each backend's cache unit, ask each backend's cache view for its hit, order
+the backends, and pin the request in the chosen view. The request's end (unpin with
+its output) is timed separately.
+
+Workload: ``--sessions`` conversations with a ~``--system-chars`` system prompt of
+their own, each growing by one user message and one answer per turn, over
+``--backends`` backends (llama.cpp slot model and vLLM block model alternating). A
+session is *warm* from its second turn: its history's pieces are in the memo. Only
+warm turns whose prompt is at least ``--min-tokens`` long are reported.
+
+Run: ``.venv/bin/python bench/gateway_route_cost.py``; writes
+``bench/gateway_route_cost_results.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kvroute.gateway.backends import Backend, adapter_factory, build_backends, pooled_transport
+from kvroute.gateway.cache_routing import CacheRouter
+from kvroute.gateway.config import BackendConfig, BreakerConfig
+from kvroute.gateway.policies.base import PickInput
+from kvroute.gateway.policies.cache_aware import CacheAware
+from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.trace.tokenizer import load_tokenizer
+
+
+def _backends(n: int) -> list[Backend]:
+    configs = tuple(
+        BackendConfig(
+            name=f"b{i}",
+            url=f"http://127.0.0.1:{9000 + i}",
+            engine="llamacpp" if i % 2 == 0 else "vllm",
+        )
+        for i in range(n)
+    )
+    built, _ = build_backends(
+        configs, BreakerConfig(), (), pooled_transport, adapter_factory(httpx.AsyncClient())
+    )
+    return built
+
+
+def _words(rng: random.Random, num_chars: int) -> str:
+    vocab = ["nail", "screw", "aisle", "hammer", "paint", "timber", "glue", "drill", "hinge"]
+    out: list[str] = []
+    length = 0
+    while length < num_chars:
+        out.append(rng.choice(vocab) + str(rng.randrange(100)))
+        length += len(out[-1]) + 1
+    return " ".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=8)
+    parser.add_argument("--backends", type=int, default=4)
+    parser.add_argument("--system-chars", type=int, default=9_000)
+    parser.add_argument("--min-tokens", type=int, default=4000)
+    parser.add_argument(
+        "--out", default=str(Path(__file__).with_name("gateway_route_cost_results.json"))
+    )
+    args = parser.parse_args()
+    rng = random.Random(0)
+    router = CacheRouter(PromptTokens(load_tokenizer()), logging.getLogger("bench"))
+    policy = CacheAware()
+    backends = _backends(args.backends)
+    histories: list[list[dict[str, Any]]] = [
+        [{"role": "system", "content": f"Store {s}. " + _words(rng, args.system_chars)}]
+        for s in range(args.sessions)
+    ]
+    decide_us: list[float] = []
+    finish_us: list[float] = []
+    lengths: list[int] = []
+    sequence = 0
+    for turn in range(args.turns):
+        for s, history in enumerate(histories):
+            history.append({"role": "user", "content": _words(rng, 200)})
+            body = {"model": "m", "messages": history, "max_tokens": 128}
+            t0 = time.perf_counter()
+            prediction = router.predict(body, backends, session_key=f"s{s}")
+            assert prediction is not None
+            snapshots = [b.snapshot(h) for b, h in zip(backends, prediction.hits, strict=True)]
+            pick = PickInput(rng=rng, sequence=sequence, prompt_tokens=prediction.num_tokens)
+            chosen = backends[policy.order(snapshots, pick)[0]]
+            finish = router.start(prediction, backends, chosen, body)
+            t1 = time.perf_counter()
+            finish(100)
+            t2 = time.perf_counter()
+            sequence += 1
+            if turn > 0 and prediction.num_tokens >= args.min_tokens:
+                decide_us.append((t1 - t0) * 1e6)
+                finish_us.append((t2 - t1) * 1e6)
+                lengths.append(prediction.num_tokens)
+            history.append({"role": "assistant", "content": _words(rng, 300)})
+
+    def pcts(values: list[float]) -> dict[str, float]:
+        ordered = sorted(values)
+        return {
+            "p50": round(statistics.median(ordered), 1),
+            "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 1),
+            "max": round(ordered[-1], 1),
+        }
+
+    result = {
+        "args": vars(args),
+        "num_decisions": len(decide_us),
+        "prompt_tokens": pcts([float(n) for n in lengths]),
+        "decision_us": pcts(decide_us),
+        "finish_us": pcts(finish_us),
+        "memo": {
+            "piece_hits": router.prompts.num_piece_hits,
+            "piece_misses": router.prompts.num_piece_misses,
+        },
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

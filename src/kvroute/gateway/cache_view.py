@@ -1,0 +1,87 @@
+"""The gateway's picture of each backend's prefix cache, for cache-aware routing.
+
+Each backend gets the cache model of its engine (:mod:`kvroute.cache`: llama.cpp
+slots, vLLM blocks, SGLang radix tree) sized from its configured capacity, and is fed
+what the gateway routes there: a request is pinned when it is sent (its prompt) and
+unpinned when it ends (prompt plus its output tokens from the upstream usage, as
+unique pseudo tokens: they take room like the real ones but never match). The router
+asks :meth:`BackendCacheView.predict` how many prompt tokens each backend would serve
+from its cache. The picture is a model, not the engine's state: it is right when all
+traffic to the backend goes through this gateway and the engine keeps what its model
+says it keeps.
+
+Prompt token ids come from :mod:`kvroute.gateway.prompt_tokens`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvroute.cache.base import U64, CacheGeometry, CacheSeq, PrefixCache, units_for
+from kvroute.cache.llamacpp import LlamaCppConfig
+from kvroute.cache.registry import EngineSettings, cache_models
+from kvroute.trace.hashing import chain_hashes
+from kvroute.types import TokenIds
+
+DEFAULT_CAPACITY_TOKENS = {"llamacpp": 4 * 2048, "vllm": 65_536, "sglang": 65_536}
+_PSEUDO_BASE = 0x8000_0000  # above any real vocabulary: output tokens that never match
+
+
+@dataclass(frozen=True, slots=True)
+class CacheViewConfig:
+    """A backend's ``cache:`` settings (for cache-aware routing)."""
+
+    capacity_tokens: int | None = None
+    """KV pool in tokens; None: the engine's default here (DEFAULT_CAPACITY_TOKENS)."""
+    slots: int = 4
+    """llama.cpp ``--parallel``."""
+
+
+def _seq(token_ids: TokenIds, unit_tokens: int, keep_ids: bool, keys: U64 | None) -> CacheSeq:
+    n = int(token_ids.shape[0])
+    return CacheSeq(
+        keys=chain_hashes(token_ids, unit_tokens) if keys is None else keys,
+        num_tokens=n,
+        num_units=units_for(n, unit_tokens),
+        unit_tokens=unit_tokens,
+        token_ids=token_ids if keep_ids else None,
+    )
+
+
+class BackendCacheView:
+    """One backend's cache model and the requests pinned in it. Single-threaded."""
+
+    def __init__(self, engine: str, config: CacheViewConfig) -> None:
+        capacity = config.capacity_tokens or DEFAULT_CAPACITY_TOKENS[engine]
+        settings = EngineSettings(llamacpp=LlamaCppConfig(num_slots=config.slots))
+        self.model: PrefixCache = cache_models(settings).get(engine)(CacheGeometry(capacity))
+        self._pinned: dict[int, TokenIds] = {}
+        self._next_pseudo = 0
+
+    def seq(self, token_ids: TokenIds, keys: U64 | None = None) -> CacheSeq:
+        """``token_ids`` as this model's sequence; ``keys`` are their chained hashes at
+        the model's unit when the caller has them already."""
+        return _seq(token_ids, self.model.unit_tokens, self.model.needs_token_ids, keys)
+
+    def predict(self, seq: CacheSeq) -> int:
+        """Prompt tokens the backend would serve from its cache now. Does not mutate."""
+        return self.model.match(seq)
+
+    def start(self, request_id: int, seq: CacheSeq, token_ids: TokenIds, max_output: int) -> None:
+        """A request was sent here: pin its prompt (skipped when the model has no room)."""
+        admission = self.model.pin(request_id, seq, seq.num_tokens + max_output)
+        if admission.status.value == "admitted":
+            self._pinned[request_id] = token_ids
+
+    def finish(self, request_id: int, num_output_tokens: int) -> None:
+        """The request ended with ``num_output_tokens`` generated: store what stays."""
+        token_ids = self._pinned.pop(request_id, None)
+        if token_ids is None:
+            return
+        num_kept = max(num_output_tokens - 1, 0)  # the last token never gets KV
+        pseudo = np.arange(self._next_pseudo, self._next_pseudo + num_kept, dtype=np.uint64)
+        self._next_pseudo = (self._next_pseudo + num_kept) % (1 << 30)
+        outputs = (pseudo + _PSEUDO_BASE).astype(np.uint32)
+        self.model.unpin(request_id, self.seq(np.concatenate((token_ids, outputs))))

@@ -1,0 +1,334 @@
+"""Capture: a privacy-preserving kvroute trace of the traffic the gateway forwards.
+
+The request path only hands a :class:`CaptureEvent` (references to the already
+decoded body and the request's counters: no copy, no tokenizing) to
+:meth:`TraceCapture.submit`, a deque append. One worker thread takes the queued events
+in batches, renders each prompt with the model's chat template, tokenizes it as the
+engine does (through the piece memo of :mod:`kvroute.gateway.prompt_tokens`, so
+repeated system prompts and conversation histories are encoded once), hashes the
+tokens into the chained block hashes of :mod:`kvroute.trace.hashing` (one vectorised
+pass per batch) and appends one kvroute trace record
+(:mod:`kvroute.trace.formats.native`) per request::
+
+    {"t": 1764504000.125, "end_t": 1764504001.5, "session": "3f9c0e...", "model": "smollm2",
+     "input_len": 1234, "output_len": 56, "hashes": [...], "class": "agent",
+     "backend": "llama-1", "cached": 1200, "turn": 3, "messages": 7, "status": 200}
+
+No text is written unless ``include_text`` is set (then ``prompt_text`` holds the
+rendered prompt); session ids are written as a 64-bit BLAKE2b pseudonym. Files rotate
+on size or age (capture_files.py). :meth:`TraceCapture.close` drains the queue, so
+nothing accepted is lost on a graceful stop. A full queue drops (and counts) events
+rather than slow the gateway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from kvroute.errors import KvrouteError
+from kvroute.gateway.capture_files import RotatingTraceFile
+from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.gateway.types import Request
+from kvroute.trace.formats.base import ReadOptions, RecordError
+from kvroute.trace.formats.openai_log import OpenAILogFormat
+from kvroute.trace.hashing import (
+    DEFAULT_SEED,
+    block_contents,
+    chain_hashes_batch,
+    extend_chain,
+)
+from kvroute.trace.records import StructuredOutput, TokenPrompt
+from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
+from kvroute.types import TokenIds
+
+logger = logging.getLogger("kvroute.gateway.capture")
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureConfig:
+    """The ``capture:`` section. Capture is on when ``directory`` is set."""
+
+    directory: str = ""
+    tokenizer: str = ""
+    """GGUF file or HF tokenizer directory of the served model; empty: the default model."""
+    block_size_tokens: int = 16
+    rotate_bytes: int = 256 * 1024 * 1024
+    rotate_s: float = 3600.0
+    include_text: bool = False
+    max_queue: int = 100_000
+    flush_interval_s: float = 0.2
+    """How often the worker writes what is queued (and flushes the file)."""
+    file_prefix: str = "capture"
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.directory)
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureEvent:
+    """One forwarded request, as the request path hands it over (cheap to build)."""
+
+    body: Mapping[str, Any]
+    arrival_unix_s: float
+    end_unix_s: float
+    session_id: str | None
+    model: str
+    workload: str | None
+    backend: str
+    status: int
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+
+
+def capture_event(
+    request: Request,
+    body: Mapping[str, Any],
+    session_id: str | None,
+    status: int,
+    clock: Callable[[], float],
+    wall_clock: Callable[[], float],
+) -> CaptureEvent:
+    """The event of a request whose answer is done (its usage is known by then):
+    references only, cheap enough for the request path."""
+    ctx = request.ctx
+    end_unix_s = wall_clock()
+    return CaptureEvent(
+        body=body,
+        arrival_unix_s=end_unix_s - (clock() - request.received_s),
+        end_unix_s=end_unix_s,
+        session_id=session_id,
+        model=ctx.model,
+        workload=ctx.workload.value if ctx.workload else None,
+        backend=ctx.backend,
+        status=status,
+        prompt_tokens=ctx.prompt_tokens,
+        completion_tokens=ctx.completion_tokens,
+        cached_tokens=ctx.cached_tokens,
+    )
+
+
+def capture_records(
+    events: Sequence[CaptureEvent],
+    prompts: PromptTokens,
+    *,
+    block_size_tokens: int,
+    include_text: bool,
+) -> list[dict[str, Any] | Exception]:
+    """The trace record of each event, or why it has none (a body the trace cannot
+    hold: :class:`RecordError`; a prompt that cannot be tokenized:
+    :class:`KvrouteError`). Pure apart from the tokenizer's memo. The block hashes of
+    the whole batch are computed in one vectorised pass."""
+    out: list[dict[str, Any] | Exception] = []
+    token_ids: list[TokenIds] = []
+    for event in events:
+        try:
+            rec, ids = _record_without_hashes(event, prompts, include_text)
+        except (RecordError, KvrouteError) as exc:
+            out.append(exc)
+            continue
+        out.append(rec)
+        token_ids.append(ids)
+    hashes = _batch_block_hashes(token_ids, block_size_tokens)
+    records = (r for r in out if isinstance(r, dict))
+    for rec, ids, h in zip(records, token_ids, hashes, strict=True):
+        rec["input_len"], rec["hashes"] = int(ids.shape[0]), h
+    return out
+
+
+def capture_record(
+    event: CaptureEvent, prompts: PromptTokens, *, block_size_tokens: int, include_text: bool
+) -> dict[str, Any]:
+    """:func:`capture_records` for one event; raises instead of returning the error."""
+    [rec] = capture_records(
+        [event], prompts, block_size_tokens=block_size_tokens, include_text=include_text
+    )
+    if isinstance(rec, Exception):
+        raise rec
+    return rec
+
+
+def _record_without_hashes(
+    event: CaptureEvent, prompts: PromptTokens, include_text: bool
+) -> tuple[dict[str, Any], TokenIds]:
+    parsed = OpenAILogFormat().parse(dict(event.body), 0, 0, ReadOptions())[0]
+    prompt = parsed.prompt
+    if isinstance(prompt, TokenPrompt):
+        token_ids, text = prompt.token_ids, ""
+    else:
+        text = prompts.text(event.body) or ""
+        token_ids = prompts.encode(text)
+    rec: dict[str, Any] = {
+        "t": round(event.arrival_unix_s, 6),
+        "end_t": round(event.end_unix_s, 6),
+        "status": event.status,
+    }
+    attrs = parsed.attrs
+    optional = {
+        "session": _pseudonym(event.session_id) if event.session_id else None,
+        "model": event.model or None,
+        "output_len": event.completion_tokens,
+        "class": event.workload,
+        "backend": event.backend or None,
+        "cached": event.cached_tokens,
+        "usage_prompt_tokens": event.prompt_tokens,
+        "turn": attrs.turn_index,
+        "messages": attrs.num_messages,
+    }
+    rec.update({k: v for k, v in optional.items() if v is not None})
+    if attrs.has_tools:
+        rec["tools"] = True
+    if attrs.structured_output is not StructuredOutput.NONE:
+        rec["structured"] = attrs.structured_output.value
+    if include_text and text:
+        rec["prompt_text"] = text
+    return rec, token_ids
+
+
+def _batch_block_hashes(token_ids: Sequence[TokenIds], block_size_tokens: int) -> list[list[int]]:
+    """:func:`~kvroute.trace.writer.prompt_block_hashes` of each prompt, vectorised
+    over the batch: all full blocks in one pass, then the partial last blocks grouped
+    by length, each chained to its parent as ``h = parent * P + content``."""
+    if not token_ids:
+        return []
+    lengths = np.array([ids.shape[0] for ids in token_ids], dtype=np.int64)
+    offsets = np.zeros(len(token_ids) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.concatenate(token_ids)
+    full, block_offsets = chain_hashes_batch(tokens, offsets, block_size_tokens, DEFAULT_SEED)
+    num_full = np.diff(block_offsets)
+    tail_lens = lengths - num_full * block_size_tokens
+    parents = np.full(len(token_ids), DEFAULT_SEED, dtype=np.uint64)
+    has_full = num_full > 0
+    parents[has_full] = full[block_offsets[1:][has_full] - 1]
+    tails = np.zeros(len(token_ids), dtype=np.uint64)
+    multiplier = _chain_multiplier()
+    for tail_len in np.unique(tail_lens[tail_lens > 0]).tolist():
+        rows = np.flatnonzero(tail_lens == tail_len)
+        starts = offsets[1:][rows] - tail_len
+        idx = (starts[:, None] + np.arange(tail_len)).ravel()
+        contents = block_contents(tokens[idx], tail_len)
+        with np.errstate(over="ignore"):
+            tails[rows] = parents[rows] * multiplier + contents
+    out: list[list[int]] = []
+    for i in range(len(token_ids)):
+        hashes = full[block_offsets[i] : block_offsets[i + 1]].tolist()
+        if tail_lens[i]:
+            hashes.append(int(tails[i]))
+        out.append(hashes)
+    return out
+
+
+def _chain_multiplier() -> np.uint64:
+    """The chain's ``P`` (``h[i] = h[i-1] * P + content``), read off the public
+    :func:`extend_chain` rather than a private constant."""
+    block = np.zeros(1, dtype=np.uint32)
+    return np.uint64((extend_chain(1, block) - extend_chain(0, block)) % (1 << 64))
+
+
+def _pseudonym(session_id: str) -> str:
+    """A stable stand-in for a session id: groups a session's requests without
+    writing the id itself (it may be a user name or an e-mail address)."""
+    return hashlib.blake2b(session_id.encode(), digest_size=8).hexdigest()
+
+
+class TraceCapture:
+    """Takes :class:`CaptureEvent` s on the event loop, writes them on a thread.
+
+    The request path appends to a deque (atomic, no lock, no wake-up); the worker
+    wakes every ``flush_interval_s``, takes everything queued and writes it as one
+    batch, so a busy gateway pays no thread switch per request. Counters
+    (``num_written``, ``num_failed`` by the worker; ``num_dropped`` by :meth:`submit`)
+    each have a single writer.
+    """
+
+    def __init__(
+        self,
+        config: CaptureConfig,
+        *,
+        load: Callable[[str | None], ChatTokenizer] = load_tokenizer,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.files = RotatingTraceFile(Path(config.directory), config, wall_clock)
+        self.num_written = 0
+        self.num_failed = 0
+        self.num_dropped = 0
+        self._load = load
+        self._pending: deque[CaptureEvent] = deque()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._prompts: PromptTokens | None = None
+
+    def start(self) -> None:
+        """Load the tokenizer (blocking: call it off the event loop) and start the
+        worker. Raises :class:`KvrouteError` when the tokenizer cannot be loaded."""
+        if self._thread is not None:
+            return
+        self._prompts = PromptTokens(self._load(self.config.tokenizer or None))
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="kvroute-capture", daemon=True)
+        self._thread.start()
+
+    def submit(self, event: CaptureEvent) -> None:
+        """Queue one event; never blocks (a full queue drops it and counts it)."""
+        if len(self._pending) >= self.config.max_queue:
+            self.num_dropped += 1
+            return
+        self._pending.append(event)
+
+    def close(self) -> None:
+        """Write everything queued, then finish the current file (blocking)."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+
+    def _run(self) -> None:
+        prompts = self._prompts
+        assert prompts is not None
+        while True:
+            stopping = self._stop.wait(self.config.flush_interval_s)
+            while self._pending:
+                batch = [self._pending.popleft() for _ in range(min(512, len(self._pending)))]
+                self._write(prompts, batch)
+            self.files.flush()
+            if stopping:
+                break
+        self.files.close()
+
+    def _write(self, prompts: PromptTokens, batch: list[CaptureEvent]) -> None:
+        try:
+            records = capture_records(
+                batch,
+                prompts,
+                block_size_tokens=self.config.block_size_tokens,
+                include_text=self.config.include_text,
+            )
+        except Exception:  # the worker must outlive any odd batch
+            self.num_failed += len(batch)
+            logger.exception("capture failed on a batch of %d requests", len(batch))
+            return
+        lines: list[bytes] = []
+        for rec in records:
+            if isinstance(rec, Exception):
+                self.num_failed += 1
+                logger.warning("capture skipped a request: %s", rec)
+            else:
+                lines.append(orjson.dumps(rec))
+        if lines:
+            self.files.write(b"\n".join(lines) + b"\n")
+            self.num_written += len(lines)

@@ -1,0 +1,186 @@
+"""Cache-aware routing: the policy (pure), the per-backend cache views, the gateway
+glue (header, stickiness) over fake upstreams, and engine-reported cache hits on real
+llama-server replicas against round robin."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from gateway.fake_upstream import FakeUpstream
+from gateway.harness import LoopThread, running_gateway
+from kvroute.bench.workloads.base import GenContext
+from kvroute.bench.workloads.multiturn import MultiturnWorkload
+from kvroute.engines.state import EngineRecord
+from kvroute.errors import InputError
+from kvroute.gateway.cache_routing import _chain, _extends, _SessionChain
+from kvroute.gateway.cache_view import BackendCacheView, CacheViewConfig
+from kvroute.gateway.config import parse_config
+from kvroute.gateway.policies.base import BackendSnapshot, PickInput
+from kvroute.gateway.policies.cache_aware import CacheAware, cache_aware
+from kvroute.trace.hashing import chain_hashes
+from kvroute.trace.tokenizer import load_tokenizer
+
+
+def snap(name: str, outstanding: int = 0, hit: int = 0) -> BackendSnapshot:
+    return BackendSnapshot(name, 1.0, outstanding, hit)
+
+
+def pick(prompt_tokens: int, sequence: int = 0) -> PickInput:
+    return PickInput(rng=random.Random(0), sequence=sequence, prompt_tokens=prompt_tokens)
+
+
+def test_policy_prefers_the_cheapest_expected_prefill() -> None:
+    policy = CacheAware(min_hit_tokens=64, tokens_per_outstanding=256)
+    backends = [snap("a", 1, 0), snap("b", 1, 900), snap("c", 0, 100)]
+    # a: 1000 + 256, b: 100 + 256, c: 900
+    assert policy.order(backends, pick(1000)) == [1, 2, 0]
+
+
+def test_policy_sends_misses_to_the_least_loaded() -> None:
+    policy = CacheAware(min_hit_tokens=64)
+    backends = [snap("a", 3, 10), snap("b", 1, 63), snap("c", 2, 0)]
+    assert policy.order(backends, pick(1000))[0] == 1
+    assert policy.order(backends, pick(0))[0] == 1  # no prompt length: by load
+
+
+def test_policy_bounds_load() -> None:
+    policy = CacheAware(load_factor=1.5, tokens_per_outstanding=0)
+    # b holds the whole prompt but would run 7 of 7: above 1.5 x the mean (3.5).
+    backends = [snap("a", 0, 0), snap("b", 6, 4000)]
+    assert policy.order(backends, pick(4000)) == [0, 1]
+
+
+def test_policy_options_are_checked() -> None:
+    assert cache_aware({"min_hit_tokens": 16}).min_hit_tokens == 16
+    for bad in ({"min_hit_tokens": 0}, {"load_factor": 0.5}, {"nope": 1}):
+        with pytest.raises(ValueError):
+            cache_aware(bad)
+
+
+@pytest.mark.parametrize("engine", ["llamacpp", "vllm", "sglang"])
+def test_view_predicts_what_it_was_fed(engine: str) -> None:
+    view = BackendCacheView(engine, CacheViewConfig(capacity_tokens=4096, slots=2))
+    first = np.arange(1, 301, dtype=np.uint32)
+    assert view.predict(view.seq(first)) == 0
+    view.start(1, view.seq(first), first, 64)
+    view.finish(1, 20)
+    follow_up = np.concatenate((first, np.arange(5000, 5100, dtype=np.uint32)))
+    hit = view.predict(view.seq(follow_up))
+    unit = view.model.unit_tokens
+    assert 300 - unit < hit <= 300  # the first prompt, whole units
+    other = np.arange(7000, 7300, dtype=np.uint32)
+    assert view.predict(view.seq(other)) == 0
+    view.model.check_invariants()
+
+
+def test_session_chain_continues_to_the_same_hashes() -> None:
+    tokens = np.arange(1, 1000, dtype=np.uint32)
+    for unit in (1, 16):
+        previous = _SessionChain(tokens[:500], {unit: chain_hashes(tokens[:500], unit)})
+        assert np.array_equal(_chain(tokens, unit, previous), chain_hashes(tokens, unit))
+    assert _extends(tokens, tokens[:10]) and not _extends(tokens[:10], tokens)
+
+
+def test_gateway_routes_a_session_to_its_cache_and_says_why(
+    loop_thread: LoopThread, fake: FakeUpstream, fake2: FakeUpstream
+) -> None:
+    config = (
+        "backends:\n"
+        f"  - {{name: f1, url: '{fake.url}', engine: vllm}}\n"
+        f"  - {{name: f2, url: '{fake2.url}', engine: vllm}}\n"
+        "routes: [{name: r, pool: default, policy: cache_aware, "
+        "policy_options: {min_hit_tokens: 32}}]\n"
+    )
+    system = "You answer questions about the hardware store. " * 20
+    chosen: dict[int, list[str]] = {0: [], 1: []}
+    headers: list[str] = []
+    with running_gateway(loop_thread, config) as gw, httpx.Client(base_url=gw.url) as client:
+        for turn in range(4):
+            for s in (0, 1):
+                messages = [{"role": "system", "content": f"Store {s}. {system}"}]
+                messages += [{"role": "user", "content": f"q{t}"} for t in range(turn + 1)]
+                r = client.post("/v1/chat/completions", json={"model": "m", "messages": messages})
+                assert r.status_code == 200
+                chosen[s].append(r.headers["x-kvroute-backend"])
+                headers.append(r.headers["x-kvroute-route"])
+    assert all(len(set(backends)) == 1 for backends in chosen.values())  # sticky by cache
+    assert chosen[0][0] != chosen[1][0]  # cold sessions spread by load
+    assert headers[0].startswith("cache_aware prompt=") and "hit=f1:0,f2:0" in headers[0]
+    assert "hit=f1:0,f2:0" not in headers[-1]
+
+
+# -- real llama-server replicas ----------------------------------------------------------
+
+
+def _drive(url: str, requests: list[Any], model: str, run_tag: str) -> None:
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for req in requests:
+            body: dict[str, Any] = dict(req.body)
+            messages = [dict(m) for m in body["messages"]]
+            messages[0]["content"] = f"{run_tag} {messages[0]['content']}"
+            body |= {"messages": messages, "model": model, "max_tokens": 4, "temperature": 0}
+            r = client.post(
+                "/v1/chat/completions", json=body, headers={"x-session-id": req.session_id}
+            )
+            assert r.status_code == 200
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
+def test_cache_aware_beats_round_robin_on_llama_server(
+    loop_thread: LoopThread, llamacpp_pool: list[EngineRecord]
+) -> None:
+    """A multi-turn workload (6 sessions, own system prompts) through two replicas:
+    the engines' own cached-token counts are higher under cache_aware."""
+    workload = MultiturnWorkload(
+        turns=4.0,
+        concurrent_sessions=6,
+        system_tokens=150,
+        shared_system=False,
+        user_tokens=30,
+        answer_tokens=8,
+        think_s=0.0,
+    )
+    requests = workload.generate(18, GenContext.seeded(load_tokenizer(), 7))
+    backends = "".join(
+        f"  - {{name: {r.name}, url: '{r.base_url}', engine: llamacpp, "
+        "cache: {slots: 4, capacity_tokens: 8192}}\n"
+        for r in llamacpp_pool
+    )
+    hit_ratio: dict[str, float] = {}
+    for policy in ("round_robin", "cache_aware"):
+        config = f"backends:\n{backends}routes: [{{name: r, pool: default, policy: {policy}}}]\n"
+        with running_gateway(loop_thread, config) as gw:
+            _drive(gw.url, requests, llamacpp_pool[0].model_name, f"Run {policy}.")
+            metrics = gw.gateway.metrics
+            cached = sum(metrics.cached_tokens.values.values())
+            prompt = sum(metrics.prompt_tokens.values.values())
+            per_backend: Counter[str] = Counter()
+            for labels, count in metrics.requests.values.items():
+                per_backend[labels[0]] += int(count)
+        hit_ratio[policy] = cached / prompt
+        print(f"{policy}: engine-reported hit {cached:.0f}/{prompt:.0f}, by backend {per_backend}")
+        assert len(per_backend) == 2  # both replicas used
+    assert hit_ratio["cache_aware"] > hit_ratio["round_robin"] + 0.1, hit_ratio
+
+
+def test_config_backend_cache_section() -> None:
+    config = parse_config(
+        "tokenizer: /models/m.gguf\n"
+        "backends: [{name: a, url: 'http://127.0.0.1:1', engine: llamacpp,"
+        " cache: {slots: 2, capacity_tokens: 4096}}]\n",
+        "gw.yaml",
+    )
+    assert config.backends[0].cache == CacheViewConfig(capacity_tokens=4096, slots=2)
+    assert config.tokenizer == "/models/m.gguf"
+    with pytest.raises(InputError, match=r"gw\.yaml:1.*must be ≥ 1"):
+        parse_config(
+            "backends: [{name: a, url: 'http://127.0.0.1:1', engine: vllm, cache: {slots: 0}}]\n",
+            "gw.yaml",
+        )

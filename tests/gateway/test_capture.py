@@ -1,0 +1,348 @@
+"""Capture: records built off the hot path, rotation, the round trip into analyze,
+and nothing lost on SIGTERM (a real ``kvroute serve`` process)."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+import pytest
+
+from gateway.fake_upstream import FakeUpstream
+from gateway.harness import LoopThread, running_gateway
+from kvroute.analyze.run import analyze_requests
+from kvroute.engines.state import EngineRecord
+from kvroute.gateway.capture import (
+    CaptureConfig,
+    CaptureEvent,
+    TraceCapture,
+    capture_record,
+    capture_records,
+)
+from kvroute.gateway.capture_files import RotatingTraceFile
+from kvroute.gateway.config import parse_config
+from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.trace.hashing import chain_hashes
+from kvroute.trace.readers import read_trace
+from kvroute.trace.records import BlockPrompt
+from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
+from kvroute.trace.writer import prompt_block_hashes
+
+SYSTEM = (
+    "You are a careful assistant for a hardware store. Answer in one short sentence, "
+    "name the aisle when you can, and never invent prices or stock levels."
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> ChatTokenizer:
+    return load_tokenizer()
+
+
+@pytest.fixture
+def prompts(tokenizer: ChatTokenizer) -> PromptTokens:
+    return PromptTokens(tokenizer)
+
+
+def conversations(num_sessions: int, num_turns: int) -> list[tuple[str, list[dict[str, str]]]]:
+    """Multi-turn sessions sharing a system prompt: (session id, messages) per request."""
+    out: list[tuple[str, list[dict[str, str]]]] = []
+    for turn in range(num_turns):
+        for s in range(num_sessions):
+            messages = [{"role": "system", "content": SYSTEM}]
+            for t in range(turn + 1):
+                messages.append({"role": "user", "content": f"Session {s}, question {t}: nails?"})
+                if t < turn:
+                    messages.append({"role": "assistant", "content": f"Aisle {t + s}."})
+            out.append((f"user-{s}@example.com", messages))
+    return out
+
+
+def event(body: dict[str, Any], session: str | None = "alice@example.com") -> CaptureEvent:
+    return CaptureEvent(
+        body=body,
+        arrival_unix_s=100.0,
+        end_unix_s=101.5,
+        session_id=session,
+        model="m",
+        workload="chat",
+        backend="b1",
+        status=200,
+        prompt_tokens=40,
+        completion_tokens=3,
+        cached_tokens=16,
+    )
+
+
+def captured_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("capture-*.jsonl"))
+
+
+def block_hit_tokens(prompts: list[np.ndarray[Any, Any]], block_size_tokens: int) -> int:
+    """Infinite-cache reuse counted in whole blocks, computed here from token ids."""
+    seen: set[int] = set()
+    total = 0
+    for ids in prompts:
+        hashes = [int(h) for h in chain_hashes(ids, block_size_tokens)]
+        hit = 0
+        while hit < len(hashes) and hashes[hit] in seen:
+            hit += 1
+        total += hit * block_size_tokens
+        seen.update(hashes)
+    return total
+
+
+def test_record_holds_hashes_not_text(tokenizer: ChatTokenizer, prompts: PromptTokens) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "secret plan"}]}
+    rec = capture_record(event(body), prompts, block_size_tokens=16, include_text=False)
+    ids = tokenizer.encode_chat(body["messages"])  # type: ignore[arg-type]
+    assert rec["input_len"] == ids.shape[0]
+    assert rec["hashes"] == prompt_block_hashes(ids, 16).tolist()
+    assert (rec["class"], rec["backend"], rec["cached"], rec["output_len"]) == ("chat", "b1", 16, 3)
+    assert (rec["t"], rec["end_t"], rec["turn"], rec["messages"]) == (100.0, 101.5, 0, 1)
+    text = orjson.dumps(rec).decode()
+    assert "secret" not in text and "alice" not in text  # no prompt, no session id
+    assert len(rec["session"]) == 16
+    with_text = capture_record(event(body), prompts, block_size_tokens=16, include_text=True)
+    assert "secret plan" in with_text["prompt_text"]
+
+
+def test_completion_prompts_text_and_token_ids(
+    tokenizer: ChatTokenizer, prompts: PromptTokens
+) -> None:
+    text_rec = capture_record(
+        event({"model": "m", "prompt": "The sky is"}, None),
+        prompts,
+        block_size_tokens=4,
+        include_text=False,
+    )
+    assert text_rec["input_len"] == tokenizer.encode("The sky is").shape[0]
+    assert "session" not in text_rec
+    ids_rec = capture_record(
+        event({"model": "m", "prompt": [1, 2, 3, 4, 5]}, None),
+        prompts,
+        block_size_tokens=4,
+        include_text=False,
+    )
+    assert ids_rec["input_len"] == 5 and len(ids_rec["hashes"]) == 2
+
+
+def test_rotation_by_size_and_age_keeps_every_record(tmp_path: Path) -> None:
+    now = [1000.0]
+    config = CaptureConfig(directory=str(tmp_path), rotate_bytes=200, rotate_s=60.0)
+    files = RotatingTraceFile(tmp_path, config, lambda: now[0])
+    line = orjson.dumps({"input_len": 16, "hashes": [1]}) + b"\n"
+    for _ in range(10):
+        files.write(line)  # ~27 bytes each: rotates after 8
+    now[0] += 61.0
+    files.write(line)  # too old: rotates
+    assert list(tmp_path.glob("*.part"))  # the open file is not yet in place
+    files.close()
+    paths = captured_files(tmp_path)
+    assert len(paths) == 3 and not list(tmp_path.glob("*.part"))
+    counts = [sum(1 for _ in read_trace(p)) for p in paths]
+    assert counts == [7, 3, 1]
+
+
+def test_full_queue_drops_and_counts(tmp_path: Path, tokenizer: ChatTokenizer) -> None:
+    capture = TraceCapture(
+        CaptureConfig(directory=str(tmp_path), max_queue=2), load=lambda _: tokenizer
+    )
+    body = {"model": "m", "prompt": "x"}
+    for _ in range(5):
+        capture.submit(event(body))  # not started: nothing drains the queue
+    assert capture.num_dropped == 3
+    capture.start()
+    capture.close()
+    assert capture.num_written == 2
+    assert sum(1 for _ in read_trace(captured_files(tmp_path)[0])) == 2
+
+
+def test_capture_to_analyze_round_trip(
+    loop_thread: LoopThread, fake: FakeUpstream, tmp_path: Path, tokenizer: ChatTokenizer
+) -> None:
+    """Through the gateway (fake upstream): every request is in the trace, with the
+    gateway's class and backend, and analyze finds the overlap computed here."""
+    config = (
+        f"backends: [{{name: f1, url: '{fake.url}', engine: vllm}}]\n"
+        f"capture: {{directory: '{tmp_path}', block_size_tokens: 16}}\n"
+    )
+    requests = conversations(num_sessions=3, num_turns=3)
+    with running_gateway(loop_thread, config) as gw:
+        with httpx.Client(base_url=gw.url) as client:
+            for i, (session, messages) in enumerate(requests):
+                body = {"model": "m", "messages": messages, "stream": i % 2 == 0}
+                r = client.post(
+                    "/v1/chat/completions", json=body, headers={"x-session-id": session}
+                )
+                assert r.status_code == 200
+        metrics = gw.gateway.metrics
+    num_answered = int(sum(metrics.requests.values.values()))
+    [path] = captured_files(tmp_path)
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()[1:]]
+    assert all((r["backend"], r["class"], r["status"]) == ("f1", "chat", 200) for r in records)
+    assert all(r["usage_prompt_tokens"] == 7 for r in records)  # the fake's usage, per request
+    result = analyze_requests(
+        read_trace(path), trace_path=str(path), trace_format="kvroute", tokenizer_name=None
+    )
+    prompts = [tokenizer.encode_chat(m) for _, m in requests]
+    assert result.trace.num_requests == num_answered == len(requests)
+    assert result.overlap.prompt_tokens == sum(p.shape[0] for p in prompts)
+    assert result.overlap.block_reusable_tokens == block_hit_tokens(prompts, 16) > 0
+    assert result.sessions.num_sessions == 3
+
+
+@pytest.mark.engine
+@pytest.mark.llamacpp
+def test_capture_reproduces_the_gateways_counters_on_llama_server(
+    loop_thread: LoopThread, llamacpp_server: EngineRecord, tmp_path: Path
+) -> None:
+    """Against a real engine the captured prompt lengths are the engine's own counts:
+    analyze's prompt tokens equal the gateway's usage-based counter, and its cached
+    tokens the engine-reported ones."""
+    config = (
+        f"backends: [{{name: l1, url: '{llamacpp_server.base_url}', engine: llamacpp}}]\n"
+        f"capture: {{directory: '{tmp_path}'}}\n"
+    )
+    with running_gateway(loop_thread, config) as gw:
+        with httpx.Client(base_url=gw.url, timeout=120) as client:
+            for i, (session, messages) in enumerate(conversations(2, 2)):
+                body: dict[str, Any] = {"model": llamacpp_server.model_name, "messages": messages}
+                body |= {"max_tokens": 4, "stream": i % 2 == 1, "temperature": 0}
+                r = client.post(
+                    "/v1/chat/completions", json=body, headers={"x-session-id": session}
+                )
+                assert r.status_code == 200
+        metrics = gw.gateway.metrics
+    [path] = captured_files(tmp_path)
+    result = analyze_requests(
+        read_trace(path), trace_path=str(path), trace_format="kvroute", tokenizer_name=None
+    )
+    assert result.trace.num_requests == int(sum(metrics.requests.values.values())) == 4
+    assert result.overlap.prompt_tokens == int(sum(metrics.prompt_tokens.values.values()))
+    assert result.overlap.reported_cached_tokens == int(sum(metrics.cached_tokens.values.values()))
+
+
+# -- a real `kvroute serve` process, stopped with SIGTERM --------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def serve_process(
+    fake: FakeUpstream, tmp_path: Path
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    port = _free_port()
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        f"listener: {{port: {port}, drain_timeout_s: 5}}\n"
+        f"backends: [{{name: f1, url: '{fake.url}', engine: vllm}}]\n"
+        f"capture: {{directory: '{tmp_path / 'capture'}', include_text: true}}\n"
+        "health: {interval_s: 60}\n"
+    )
+    argv = [sys.executable, "-c", "from kvroute.cli.serve import serve_cmd; serve_cmd()"]
+    proc = subprocess.Popen(
+        [*argv, "--config", str(path), "--quiet"], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health")
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.1)
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigterm_loses_no_answered_request(
+    fake: FakeUpstream,
+    serve_process: tuple[subprocess.Popen[str], int],
+    tmp_path: Path,
+) -> None:
+    proc, port = serve_process
+    fake.token_interval_s = 0.01  # streams still running when the signal comes
+    answered: list[str] = []
+    stop = threading.Event()
+
+    def client(worker: int) -> None:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
+            for i in range(10_000):
+                if stop.is_set():
+                    return
+                text = f"worker {worker} request {i}"
+                body: dict[str, Any] = {"model": "m", "stream": i % 2 == 0}
+                body["messages"] = [{"role": "user", "content": text}]
+                try:
+                    r = http.post("/v1/chat/completions", json=body)
+                    r.read()
+                except httpx.TransportError:
+                    return  # the gateway stopped listening
+                if r.status_code == 200 and r.text.rstrip().endswith(("[DONE]", "}")):
+                    answered.append(text)
+
+    workers = [threading.Thread(target=client, args=(w,)) for w in range(4)]
+    for w in workers:
+        w.start()
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0
+    stop.set()
+    for w in workers:
+        w.join(10)
+    texts = [
+        orjson.loads(line)["prompt_text"]
+        for path in captured_files(tmp_path / "capture")
+        for line in path.read_bytes().splitlines()[1:]
+    ]
+    assert len(answered) > 10
+    assert all(any(a in t for t in texts) for a in answered)
+    assert not list((tmp_path / "capture").glob("*.part"))
+    assert isinstance(
+        read_trace(captured_files(tmp_path / "capture")[0]).__next__().prompt, BlockPrompt
+    )
+
+
+def test_config_section(tmp_path: Path) -> None:
+    config = parse_config(
+        "backends: [{name: a, url: 'http://127.0.0.1:1', engine: vllm}]\n"
+        f"capture: {{directory: '{tmp_path}', rotate_bytes: 1000, include_text: true}}\n",
+        "gw.yaml",
+    )
+    assert config.capture.enabled and config.capture.rotate_bytes == 1000
+    assert not parse_config(
+        "backends: [{name: a, url: 'http://127.0.0.1:1', engine: vllm}]\n", "gw.yaml"
+    ).capture.enabled
+
+
+def test_batch_hashes_equal_the_writers(tokenizer: ChatTokenizer, prompts: PromptTokens) -> None:
+    bodies: list[dict[str, Any]] = [{"prompt": "x" * n} for n in (0, 1, 15, 16, 17, 40, 64, 100)]
+    bodies += [{"prompt": list(range(1, n + 1))} for n in (1, 16, 33)]
+    records = capture_records(
+        [event(b, None) for b in bodies], prompts, block_size_tokens=16, include_text=False
+    )
+    for body, rec in zip(bodies, records, strict=True):
+        assert isinstance(rec, dict)
+        prompt = body["prompt"]
+        ids = tokenizer.encode(prompt) if isinstance(prompt, str) else np.array(prompt, np.uint32)
+        assert rec["hashes"] == prompt_block_hashes(ids, 16).tolist()
