@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import itertools
 import os
 from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
 
 import click
+import httpx
 import orjson
+from click.core import ParameterSource
 from rich.console import Console
 
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
@@ -28,16 +33,28 @@ from kvroute.cache.capacity import (
 from kvroute.cache.llamacpp import LlamaCppConfig
 from kvroute.cache.radix import EvictionPolicy
 from kvroute.cache.registry import EngineSettings, cache_models
-from kvroute.cache.result import Ideal
+from kvroute.cache.result import Ideal, SimulationResult
 from kvroute.cache.sglang import SchedulePolicy, SglangConfig
 from kvroute.cache.simulate import SimulateOptions, TraceSource, simulate
 from kvroute.cache.timing import TimingOptions
+from kvroute.cache.validate import ENGINES as VALIDATE_ENGINES
+from kvroute.cache.validate import (
+    Prediction,
+    ValidateOptions,
+    ValidationResult,
+    given_from_argv,
+    http_post,
+    validate,
+    with_given,
+)
 from kvroute.cache.vllm import VllmConfig
-from kvroute.errors import UsageError
+from kvroute.engines.registry import make_adapter
+from kvroute.engines.state import EngineRecord, StateDir, default_state_dir
+from kvroute.errors import InputError, UsageError
 from kvroute.trace.formats.base import ReadOptions
 from kvroute.trace.io import ReadStats
 from kvroute.trace.readers import detect_format, read_trace, trace_formats
-from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
+from kvroute.trace.records import BlockPrompt, ChatPrompt, Request, TextPrompt, TokenPrompt
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_GPU = "h100-80gb"
@@ -282,6 +299,26 @@ def _capacity(
     type=click.Path(path_type=Path, dir_okay=False),
     help="Write a self-contained HTML report with charts.",
 )
+@click.option(
+    "--validate",
+    "validate_url",
+    metavar="URL",
+    help="Serve the trace on this running engine and compare the model with what it cached.",
+)
+@click.option(
+    "--engine",
+    "validate_engine",
+    type=click.Choice(list(VALIDATE_ENGINES)),
+    help="The engine behind --validate (its model is the one checked).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    help="With --validate: a closed loop of N clients instead of the trace's arrival times.",
+)
+@click.option(
+    "--no-reset", is_flag=True, help="With --validate: do not reset the engine's cache first."
+)
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary or progress.")
 def simulate_cmd(
     trace: Path,
@@ -323,6 +360,10 @@ def simulate_cmd(
     seed: int,
     json_path: Path | None,
     html_path: Path | None,
+    validate_url: str | None,
+    validate_engine: str | None,
+    concurrency: int | None,
+    no_reset: bool,
     quiet: bool,
 ) -> None:
     """Predict what llama.cpp, vLLM and SGLang would cache on TRACE.
@@ -337,21 +378,25 @@ def simulate_cmd(
     (default: llama-3.1-8b on one h100-80gb at 0.9 utilization).
     Timing: the trace's arrival and end times; missing end times come from a service
     model (--prefill-tps, --decode-tps); no arrival times: one request at a time.
+
+    \b
+    Validation: --validate URL --engine llamacpp|vllm serves the trace on that engine
+    (cache reset first; greedy, max_tokens = each request's output length; at the trace's
+    arrival times or --concurrency N), reads its cached tokens per response and from
+    /metrics, replays its model with the engine's own settings over that run and reports
+    predicted vs measured (docs/simulate-json.md, "validation").
     """
     console = Console(stderr=json_path == Path("-"), quiet=quiet)
-    names = _engines(engines)
-    capacity = _capacity(
-        capacity_tokens,
-        capacity_blocks,
-        vllm_block_size,
-        model,
-        gpu,
-        num_gpus,
-        gpu_util,
-        kv_dtype,
-        weights_gib,
-        overhead_gib,
-    )
+    if validate_url is not None or validate_engine is not None:
+        if validate_url is None or validate_engine is None:
+            raise UsageError("--validate URL and --engine go together")
+        if capacity_tokens is not None or capacity_blocks is not None or gpu is not None:
+            raise UsageError(
+                "with --validate the KV pool is read from the engine; drop --capacity-*/--gpu"
+            )
+    elif concurrency is not None or no_reset:
+        raise UsageError("--concurrency and --no-reset need --validate")
+    names = (validate_engine,) if validate_engine is not None else _engines(engines)
     timing = TimingOptions(
         prefill_tokens_per_s=prefill_tps,
         decode_tokens_per_s=decode_tps,
@@ -377,6 +422,37 @@ def simulate_cmd(
             cache_idle_slots=cache_idle_slots,
         ),
     )
+    validation = None
+    if validate_url is not None and validate_engine is not None:
+        requests, source, validation = _validate(
+            trace,
+            format_name,
+            tokenizer,
+            workers,
+            skip_invalid,
+            settings,
+            (validate_url, validate_engine),
+            ValidateOptions(
+                concurrency=concurrency, default_output_tokens=default_output, reset=not no_reset
+            ),
+            console,
+        )
+        settings = validation.setup.settings
+        capacity = capacity_from_tokens(validation.setup.capacity_tokens)
+    else:
+        capacity = _capacity(
+            capacity_tokens,
+            capacity_blocks,
+            vllm_block_size,
+            model,
+            gpu,
+            num_gpus,
+            gpu_util,
+            kv_dtype,
+            weights_gib,
+            overhead_gib,
+        )
+        requests, source = _load(trace, format_name, tokenizer, workers, skip_invalid, console)
     options = SimulateOptions(
         engines=names,
         settings=settings,
@@ -385,7 +461,6 @@ def simulate_cmd(
         sweep_capacities=_sizes(sweep_sizes) if sweep_sizes else (),
         auto_sweep=sweep_capacity,
     )
-    requests, source = _load(trace, format_name, tokenizer, workers, skip_invalid, console)
     ideal = None if no_ideal else _ideal(requests, source, vllm_block_size, console)
     with console.status("simulating") as status:
         result = simulate(
@@ -400,8 +475,12 @@ def simulate_cmd(
         from kvroute.report.simulate_console import render_console
 
         render_console(result, console)
+        if validation is not None:
+            from kvroute.report.simulate_validation import render_validation
+
+            render_validation(validation, console)
     if json_path is not None:
-        data = orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        data = _json(result, validation)
         if json_path == Path("-"):
             click.echo(data.decode(), nl=False)
         else:
@@ -410,7 +489,7 @@ def simulate_cmd(
     if html_path is not None:
         from kvroute.report.simulate_page import write_simulation_page
 
-        write_simulation_page(result, html_path)
+        write_simulation_page(result, html_path, validation=validation)
         console.print(f"wrote {html_path}")
 
 
@@ -463,3 +542,122 @@ def _ideal(
         block_hit_ratio=ov.block_hit_ratio,
         block_reusable_tokens=ov.block_reusable_tokens,
     )
+
+
+def _json(result: SimulationResult, validation: ValidationResult | None) -> bytes:
+    opt = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+    if validation is None:
+        return orjson.dumps(result, option=opt) + b"\n"
+    merged = orjson.loads(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY))
+    merged["validation"] = validation
+    return orjson.dumps(merged, option=opt) + b"\n"
+
+
+# The command-line option behind each setting an engine record's argv may give.
+_OPTION_OF_SETTING = {
+    "kv_unified": "kv_unified",
+    "cache_ram_mib": "cache_ram",
+    "slot_prompt_similarity": "slot_prompt_similarity",
+    "cache_reuse": "cache_reuse",
+    "cache_idle_slots": "cache_idle_slots",
+    "max_num_seqs": "max_num_seqs",
+}
+
+
+def _engine_record(engine: str, url: str) -> EngineRecord | None:
+    """The `kvroute engines up` record of the engine at ``url``, if kvroute started it."""
+    for record in StateDir(default_state_dir()).records():
+        if record.engine == engine and record.base_url.rstrip("/") == url.rstrip("/"):
+            return record
+    return None
+
+
+def _given(
+    settings: EngineSettings, engine: str, record: EngineRecord | None
+) -> tuple[EngineSettings, str]:
+    """The settings the engine does not report: options given on the command line, then
+    the engine's own command line when kvroute started it (``record``), then defaults.
+    Returns them and where they came from, in words."""
+    if record is None:
+        return settings, (
+            "settings the engine does not report are the command-line options (or the "
+            "engine's defaults): no `kvroute engines up` record names this URL"
+        )
+    ctx = click.get_current_context()
+    from_argv = {
+        key: value
+        for key, value in given_from_argv(engine, record.argv).items()
+        if key not in _OPTION_OF_SETTING
+        or ctx.get_parameter_source(_OPTION_OF_SETTING[key]) is not ParameterSource.COMMANDLINE
+    }
+    return with_given(settings, engine, from_argv), (
+        f"settings the engine does not report come from its command line ({record.name}, "
+        "started by `kvroute engines up`) unless given as options"
+    )
+
+
+def _record_model(record: EngineRecord | None) -> str | None:
+    """The model an engine was started with (a GGUF or a Hugging Face directory): the
+    engine's own tokenizer."""
+    argv = list(record.argv) if record is not None else []
+    for flag, value in itertools.pairwise(argv):
+        if flag in ("--model", "-m") and Path(value).exists():
+            return value
+    return None
+
+
+def _validate(
+    trace: Path,
+    format_name: str | None,
+    tokenizer: str | None,
+    workers: int | None,
+    skip_invalid: bool,
+    settings: EngineSettings,
+    target: tuple[str, str],
+    options: ValidateOptions,
+    console: Console,
+) -> tuple[list[Request], TraceSource, ValidationResult]:
+    """Read the trace as it is (the engine gets chat or completions requests), tokenize a
+    copy for the model, serve it on the engine and compare. Returns the run as it happened
+    (token prompts, times, outputs), what to simulate next."""
+    url, engine = target
+    record = _engine_record(engine, url)
+    given, where = _given(settings, engine, record)
+    tokenizer = tokenizer or _record_model(record)
+    fmt_name = format_name or detect_format(trace)
+    stats = ReadStats()
+    with console.status(f"reading {trace.name}"):
+        originals = list(
+            read_trace(
+                trace, fmt_name, options=ReadOptions(), skip_invalid=skip_invalid, stats=stats
+            )
+        )
+        tokenizer_name = None
+        tokenized = originals
+        if any(isinstance(r.prompt, ChatPrompt | TextPrompt) for r in originals):
+            from kvroute.trace.tokenize import tokenize_requests
+            from kvroute.trace.tokenizer import load_tokenizer
+
+            tokenizer_name = load_tokenizer(tokenizer).name
+            tokenized = list(tokenize_requests(originals, tokenizer, workers=workers))
+    prompt_ids = []
+    for r in tokenized:
+        if not isinstance(r.prompt, TokenPrompt):
+            raise InputError(
+                "a hash-only trace cannot be served to an engine",
+                path=str(trace),
+                line=r.source_line,
+            )
+        prompt_ids.append(r.prompt.token_ids)
+
+    async def run() -> tuple[ValidationResult, Prediction]:
+        async with httpx.AsyncClient() as client:
+            adapter = make_adapter(engine, url, client=client)
+            post = http_post(client, url, timeout_s=options.request_timeout_s)
+            return await validate(originals, prompt_ids, adapter, post, given, options=options)
+
+    with console.status(f"serving {len(originals):,} requests on {engine} at {url}"):
+        validation, prediction = asyncio.run(run())
+    validation = dataclasses.replace(validation, notes=[*validation.notes, where])
+    source = TraceSource(str(trace), fmt_name, tokenizer_name, stats.num_skipped)
+    return prediction.requests, source, validation

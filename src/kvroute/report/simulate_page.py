@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kvroute.cache.result import SimulationResult
+from kvroute.cache.validate import ValidationResult
 from kvroute.report import fmt
 from kvroute.report.html import (
     Block,
@@ -22,6 +23,7 @@ from kvroute.report.html import (
     write_page,
 )
 from kvroute.report.simulate_console import capacity_line
+from kvroute.report.simulate_validation import validation_section
 from kvroute.report.svg import Bars, RefLine, Series, bar_chart, line_chart
 
 MODELS: tuple[tuple[str, str], ...] = (
@@ -79,7 +81,9 @@ def _share_labels(edges: list[float]) -> list[str]:
     return [f"{100 * lo:.0f}–{100 * hi:.0f} %" for lo, hi in itertools.pairwise(edges)]
 
 
-def simulation_page(result: SimulationResult, generated_at: datetime) -> Page:
+def simulation_page(
+    result: SimulationResult, generated_at: datetime, validation: ValidationResult | None = None
+) -> Page:
     r = result
     tr = r.trace
     engines = r.engines
@@ -250,6 +254,8 @@ def simulation_page(result: SimulationResult, generated_at: datetime) -> Page:
         ],
     )
     sections = [hit_sec, Section("Per-request hits", per_req), prefill, memory]
+    if validation is not None:
+        sections.insert(0, validation_section(validation))
     if r.sweep:
         sections.append(
             Section(
@@ -285,7 +291,11 @@ def simulation_page(result: SimulationResult, generated_at: datetime) -> Page:
 
 
 def write_simulation_page(
-    result: SimulationResult, path: Path, generated_at: datetime | None = None
+    result: SimulationResult,
+    path: Path,
+    generated_at: datetime | None = None,
+    validation: ValidationResult | None = None,
 ) -> None:
-    """Render and write the report atomically (an existing file is replaced only on success)."""
-    write_page(simulation_page(result, generated_at or datetime.now(UTC)), path)
+    """Render and write the report atomically (an existing file is replaced only on success).
+    With ``validation`` (``simulate --validate``) its section comes first."""
+    write_page(simulation_page(result, generated_at or datetime.now(UTC), validation), path)
