@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
-import os
 from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
@@ -48,6 +47,7 @@ from kvroute.cache.validate import (
     with_given,
 )
 from kvroute.cache.vllm import VllmConfig
+from kvroute.cli.files import write_atomic
 from kvroute.engines.registry import make_adapter
 from kvroute.engines.state import EngineRecord, StateDir, default_state_dir
 from kvroute.errors import InputError, UsageError
@@ -58,12 +58,6 @@ from kvroute.trace.records import BlockPrompt, ChatPrompt, Request, TextPrompt, 
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_GPU = "h100-80gb"
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.part")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _engines(text: str) -> tuple[str, ...]:
@@ -484,7 +478,7 @@ def simulate_cmd(
         if json_path == Path("-"):
             click.echo(data.decode(), nl=False)
         else:
-            _write_atomic(json_path, data)
+            write_atomic(json_path, data)
             console.print(f"wrote {json_path}")
     if html_path is not None:
         from kvroute.report.simulate_page import write_simulation_page
