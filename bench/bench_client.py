@@ -9,7 +9,9 @@ request with a chunked SSE stream: role chunk, ``--tokens`` content chunks writt
 1. ``rate1000``  open loop, constant 1,000 requests/s for 10 s, sharded over client
    processes: achieved vs scheduled rate, p99 dispatch delay (target ≤ 2 ms), errors.
 2. ``rate200``   open loop, constant 200 requests/s for 10 s: achieved ≥ 99.5 %.
-3. ``httpx``     the same closed loop (32 users, 3,000 requests) through kvroute's
+3. ``variants``  both rates with the pool's spare connections off / on (default 2)
+   and with a 0.5 ms dispatch spin, interleaved run by run: p50 / p99 dispatch delay.
+4. ``httpx``     the same closed loop (32 users, 3,000 requests) through kvroute's
    client and through httpx streaming with SSE lines parsed by ``aiter_lines``:
    requests/s and client CPU per request, to justify the raw client.
 
@@ -130,7 +132,9 @@ def _requests(n: int) -> list[Any]:
     ]
 
 
-def _open_loop(url: str, rate: float, seconds: float, workers: int) -> dict[str, Any]:
+def _open_loop(
+    url: str, rate: float, seconds: float, workers: int, *, spare: int = 2, spin_s: float = 0.0
+) -> dict[str, Any]:
     from kvroute.bench.runner import Endpoint, RunOptions, run_bench, workload_info
     from kvroute.bench.schedule import Arrival, OpenLoop
     from kvroute.bench.scrape import CacheMode
@@ -142,6 +146,8 @@ def _open_loop(url: str, rate: float, seconds: float, workers: int) -> dict[str,
         workers=workers,
         max_duration_s=seconds + 30,
         prewarm=16,
+        spare_connections=spare,
+        dispatch_spin_s=spin_s,
     )
     t = time.perf_counter()
     result = run_bench(
@@ -155,6 +161,9 @@ def _open_loop(url: str, rate: float, seconds: float, workers: int) -> dict[str,
         "rate": rate,
         "seconds": seconds,
         "workers": workers,
+        "spare_connections": spare,
+        "dispatch_spin_ms": spin_s * 1000,
+        "load_average_1m": os.getloadavg()[0],
         "num_requests": len(reqs),
         "num_ok": s.num_ok,
         "errors": s.errors,
@@ -168,6 +177,34 @@ def _open_loop(url: str, rate: float, seconds: float, workers: int) -> dict[str,
         "ttft_p50_ms": _ms(s.ttft_s.p50),
         "ttft_p99_ms": _ms(s.ttft_s.p99),
     }
+
+
+VARIANTS = {"no spare": (0, 0.0), "2 spare (default)": (2, 0.0), "2 spare + 0.5 ms spin": (2, 5e-4)}
+
+
+def _variants(url: str, seconds: float, repeat: int, workers: int) -> dict[str, Any]:
+    """Connection spares and a dispatch spin, on and off, interleaved run by run so the
+    machine's noise hits each alike; medians over ``repeat`` runs of each."""
+    out: dict[str, Any] = {}
+    for rate, num_workers in ((200.0, 1), (1000.0, workers)):
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in VARIANTS}
+        for _ in range(repeat):
+            for name, (spare, spin_s) in VARIANTS.items():
+                runs[name].append(
+                    _open_loop(url, rate, seconds, num_workers, spare=spare, spin_s=spin_s)
+                )
+        out[f"rate{rate:g}"] = {
+            name: {
+                key: statistics.median(r[key] for r in rs)
+                for key in ("dispatch_p50_ms", "dispatch_p99_ms", "achieved_share")
+            }
+            | {
+                "all_dispatch_p99_ms": [r["dispatch_p99_ms"] for r in rs],
+                "load_average_1m": [r["load_average_1m"] for r in rs],
+            }
+            for name, rs in runs.items()
+        }
+    return out
 
 
 def _ms(v: float | None) -> float | None:
@@ -263,7 +300,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--itl-ms", type=float, default=2.0)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", choices=["rate1000", "rate200", "httpx"])
+    ap.add_argument("--only", choices=["rate1000", "rate200", "variants", "httpx"])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
@@ -307,6 +344,9 @@ def main() -> None:
                 lambda: _open_loop(url, 200.0, seconds, 1), repeat, "dispatch_p99_ms"
             )
             print("rate200", out["rate200"], flush=True)
+        if args.only in (None, "variants"):
+            out["variants"] = _variants(url, seconds, repeat, args.workers)
+            print("variants", json.dumps(out["variants"], indent=1), flush=True)
         if args.only in (None, "httpx"):
             n = 1000 if args.quick else 3000
             out["httpx_vs_kvroute"] = [_closed_kvroute(url, n, 32), _closed_httpx(url, n, 32)]
@@ -317,7 +357,6 @@ def main() -> None:
             print(f"wrote {OUT}")
         else:
             print(json.dumps(out, indent=2))
-        _ = statistics  # medians are taken in _median_run
     finally:
         stub.terminate()
         stub.wait(10)

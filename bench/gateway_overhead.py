@@ -19,6 +19,14 @@ request (user and system, from /proc) is the figure least moved by neighbours.
 Phase 2 (closed loop): ``--concurrency`` clients as fast as they can, gateway then
 direct: the maximum sustained rate.
 
+``--capture-compare`` measures what capture costs instead: two gateways on the
+gateway core, the same config but one with a ``capture:`` section, get the same
+open-loop rate interleaved request by request (no direct target), ``--repeat`` times;
+the figure is each one's CPU per request (all threads, from /proc) and their ratio.
+``--distinct-prompts`` gives every request its own user message (a number in it), so
+capture meets a new message each time, as with real users; without it every request
+is the same body.
+
 Run: ``.venv/bin/python bench/gateway_overhead.py`` (``--quick`` for a short run).
 Writes ``bench/gateway_overhead_results.json``. Loopback only; every loop is
 bounded in time.
@@ -171,8 +179,8 @@ def _run_gateway(config_path: str, cpu: int) -> None:
 # -- the load generator -----------------------------------------------------------------
 
 
-def _body(stream: bool = True, system_chars: int = 0) -> bytes:
-    messages = [{"role": "user", "content": "Say hello in a few words."}]
+def _body(stream: bool = True, system_chars: int = 0, tag: str = "") -> bytes:
+    messages = [{"role": "user", "content": f"Say hello in a few words.{tag}"}]
     if system_chars:
         words = " ".join(f"rule{i % 97} applies" for i in range(system_chars // 14 + 1))
         messages.insert(0, {"role": "system", "content": words[:system_chars]})
@@ -201,8 +209,14 @@ async def _one(transport: Any, body: bytes) -> tuple[float, float]:
 
 
 async def _open_loop(
-    gw_url: str, direct_url: str, rate: float, seconds: float, body: bytes
+    gw_url: str,
+    direct_url: str,
+    rate: float,
+    seconds: float,
+    body: bytes,
+    bodies: list[bytes] | None = None,
 ) -> dict[str, Any]:
+    """``bodies``: send ``bodies[i % len(bodies)]`` as the i-th request (else ``body``)."""
     from kvroute.gateway.upstream import PooledTransport
 
     targets = {"gateway": PooledTransport(gw_url), "direct": PooledTransport(direct_url)}
@@ -210,9 +224,9 @@ async def _open_loop(
     errors: dict[str, int] = dict.fromkeys(targets, 0)
     tasks: list[asyncio.Task[None]] = []
 
-    async def fire(name: str) -> None:
+    async def fire(name: str, data: bytes = body) -> None:
         try:
-            results[name].append(await _one(targets[name], body))
+            results[name].append(await _one(targets[name], data))
         except Exception:
             errors[name] += 1
 
@@ -233,8 +247,9 @@ async def _open_loop(
             late += 1
         # both targets at the same moment, alternating which goes first
         order = ("gateway", "direct") if i % 2 else ("direct", "gateway")
+        data = bodies[i % len(bodies)] if bodies else body
         for name in order:
-            tasks.append(asyncio.get_running_loop().create_task(fire(name)))
+            tasks.append(asyncio.get_running_loop().create_task(fire(name, data)))
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
     elapsed = time.perf_counter() - start
     out: dict[str, Any] = {
@@ -316,6 +331,24 @@ def _cpu_s(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
+def _thread_cpu_s(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of process ``pid``'s main thread and of its other
+    threads (the capture worker among them)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    main, others = 0.0, 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        cpu = (int(fields[11]) + int(fields[12])) / tick
+        if task.name == str(pid):
+            main += cpu
+        else:
+            others += cpu
+    return main, others
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
@@ -331,6 +364,112 @@ def _wait_port(port: int, timeout_s: float = 20.0) -> None:
                 return
         time.sleep(0.05)
     raise RuntimeError(f"nothing listens on {port}")
+
+
+def _gateway_config(tmp: Path, name: str, port: int, stub_port: int, capture: bool) -> Path:
+    config = tmp / f"{name}.yaml"
+    config.write_text(
+        f"listener: {{host: {HOST}, port: {port}, access_log: false}}\n"
+        f"backends:\n  - {{name: stub, url: 'http://{HOST}:{stub_port}', engine: vllm, models: [stub]}}\n"
+        "health: {interval_s: 5, scrape_counters: false}\n"
+        "limits: {max_in_flight: 4096, max_queue: 4096}\n"
+        + (f"capture: {{directory: '{tmp / name}'}}\n" if capture else "")
+    )
+    return config
+
+
+def _capture_compare(args: argparse.Namespace) -> None:
+    """Capture on vs off: two gateways, the same interleaved open-loop traffic."""
+    cpus = sorted(os.sched_getaffinity(0))
+    gw_cpu, other_cpu = cpus[0], cpus[-1]
+    stub_port, off_port, on_port = _free_port(), _free_port(), _free_port()
+    tmp = Path(tempfile.mkdtemp(prefix="kvroute-bench-"))
+    ctx = mp.get_context("spawn")
+    interval_s = args.token_interval_ms / 1000
+    stub = ctx.Process(
+        target=_run_stub, args=(stub_port, args.tokens, interval_s, other_cpu), daemon=True
+    )
+    gateways = {
+        name: ctx.Process(
+            target=_run_gateway,
+            args=(str(_gateway_config(tmp, name, port, stub_port, name == "on")), gw_cpu),
+            daemon=True,
+        )
+        for name, port in (("off", off_port), ("on", on_port))
+    }
+    stub.start()
+    for proc in gateways.values():
+        proc.start()
+    try:
+        for port in (stub_port, off_port, on_port):
+            _wait_port(port)
+        os.sched_setaffinity(0, {other_cpu})
+        import uvloop
+
+        num_bodies = int(args.rate * args.seconds) + 64 if args.distinct_prompts else 0
+        bodies = [
+            _body(system_chars=args.system_chars, tag=f" Request {i}.") for i in range(num_bodies)
+        ]
+        pids = {name: proc.pid for name, proc in gateways.items()}
+        runs: list[dict[str, Any]] = []
+        for _ in range(args.repeat):
+            before = {name: _thread_cpu_s(pid) for name, pid in pids.items() if pid is not None}
+            run = uvloop.run(
+                _open_loop(
+                    f"http://{HOST}:{on_port}",
+                    f"http://{HOST}:{off_port}",
+                    args.rate,
+                    args.seconds,
+                    _body(system_chars=args.system_chars),
+                    bodies or None,
+                )
+            )
+            time.sleep(0.5)  # the capture worker's last batches (flush interval 0.2 s)
+            cpu_us: dict[str, float] = {}
+            threads_us: dict[str, dict[str, float]] = {}
+            for name, target in (("on", "gateway"), ("off", "direct")):
+                pid = pids[name]
+                assert pid is not None
+                main_s, others_s = _thread_cpu_s(pid)
+                n = run[target]["requests"] + 20  # + warm-up
+                main_us = (main_s - before[name][0]) / n * 1e6
+                others_us = (others_s - before[name][1]) / n * 1e6
+                cpu_us[name] = main_us + others_us
+                threads_us[name] = {
+                    "main_thread": round(main_us, 1),
+                    "other_threads": round(others_us, 1),
+                }
+            runs.append(
+                {
+                    "cpu_us_per_request": {k: round(v, 1) for k, v in cpu_us.items()},
+                    "cpu_us_per_request_by_thread": threads_us,
+                    "capture_cpu_ratio": round(cpu_us["on"] / cpu_us["off"], 4),
+                    "requests": {
+                        "on": run["gateway"]["requests"],
+                        "off": run["direct"]["requests"],
+                    },
+                    "errors": {"on": run["gateway"]["errors"], "off": run["direct"]["errors"]},
+                    "loadavg": os.getloadavg(),
+                }
+            )
+        ratios = [r["capture_cpu_ratio"] for r in runs]
+        result = {
+            "mode": "capture_compare",
+            "rate_per_gateway": args.rate,
+            "seconds": args.seconds,
+            "system_chars": args.system_chars,
+            "distinct_prompts": args.distinct_prompts,
+            "runs": runs,
+            "capture_cpu_ratio_median": statistics.median(ratios),
+            "capture_cpu_overhead_pct_median": round((statistics.median(ratios) - 1) * 100, 2),
+        }
+    finally:
+        for proc in (*gateways.values(), stub):
+            proc.terminate()
+            proc.join(10)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    json.dump(result, sys.stdout, indent=2)
+    print()
 
 
 def main() -> None:
@@ -351,11 +490,22 @@ def main() -> None:
         "--system-chars", type=int, default=0, help="add a system prompt of this many chars"
     )
     parser.add_argument(
+        "--capture-compare",
+        action="store_true",
+        help="gateway with capture vs the same gateway without, interleaved (CPU per request)",
+    )
+    parser.add_argument(
+        "--distinct-prompts", action="store_true", help="a different user message per request"
+    )
+    parser.add_argument(
         "--out", default=str(Path(__file__).with_name("gateway_overhead_results.json"))
     )
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.closed_seconds = 3.0, 3.0
+    if args.capture_compare:
+        _capture_compare(args)
+        return
     cpus = sorted(os.sched_getaffinity(0))
     gw_cpu, other_cpu = cpus[0], cpus[-1]
     stub_port, gw_port = _free_port(), _free_port()

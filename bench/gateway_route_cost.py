@@ -12,8 +12,14 @@ their own, each growing by one user message and one answer per turn, over
 session is *warm* from its second turn: its history's pieces are in the memo. Only
 warm turns whose prompt is at least ``--min-tokens`` long are reported.
 
+The decision's time inside the cache models (``match`` and ``pin`` of
+:mod:`kvroute.cache`, timed by wrapping the models' methods) is reported apart
+(``cache_model_us``), with the rest (``rest_us``: template, tokens, hashes, policy):
+the two halves belong to different modules.
+
 Run: ``.venv/bin/python bench/gateway_route_cost.py``; writes
-``bench/gateway_route_cost_results.json``.
+``bench/gateway_route_cost_results.json``. For a before/after comparison, run it
+alternately against two source trees (``PYTHONPATH=<tree>/src``) and compare medians.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import logging
 import random
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +60,27 @@ def _backends(n: int) -> list[Backend]:
     return built
 
 
+class _ModelTimer:
+    """Wraps each backend's cache model ``match`` and ``pin`` to add up their time."""
+
+    def __init__(self, backends: list[Backend]) -> None:
+        self.total_s = 0.0
+        for backend in backends:
+            model = backend.view().model
+            for name in ("match", "pin"):
+                setattr(model, name, self._timed(getattr(model, name)))
+
+    def _timed(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return method(*args)
+            finally:
+                self.total_s += time.perf_counter() - t0
+
+        return timed
+
+
 def _words(rng: random.Random, num_chars: int) -> str:
     vocab = ["nail", "screw", "aisle", "hammer", "paint", "timber", "glue", "drill", "hinge"]
     out: list[str] = []
@@ -78,18 +106,21 @@ def main() -> None:
     router = CacheRouter(PromptTokens(load_tokenizer()), logging.getLogger("bench"))
     policy = CacheAware()
     backends = _backends(args.backends)
+    timer = _ModelTimer(backends)
     histories: list[list[dict[str, Any]]] = [
         [{"role": "system", "content": f"Store {s}. " + _words(rng, args.system_chars)}]
         for s in range(args.sessions)
     ]
     decide_us: list[float] = []
     finish_us: list[float] = []
+    model_us: list[float] = []
     lengths: list[int] = []
     sequence = 0
     for turn in range(args.turns):
         for s, history in enumerate(histories):
             history.append({"role": "user", "content": _words(rng, 200)})
             body = {"model": "m", "messages": history, "max_tokens": 128}
+            timer.total_s = 0.0
             t0 = time.perf_counter()
             prediction = router.predict(body, backends, session_key=f"s{s}")
             assert prediction is not None
@@ -98,12 +129,14 @@ def main() -> None:
             chosen = backends[policy.order(snapshots, pick)[0]]
             finish = router.start(prediction, backends, chosen, body)
             t1 = time.perf_counter()
+            in_models_s = timer.total_s
             finish(100)
             t2 = time.perf_counter()
             sequence += 1
             if turn > 0 and prediction.num_tokens >= args.min_tokens:
                 decide_us.append((t1 - t0) * 1e6)
                 finish_us.append((t2 - t1) * 1e6)
+                model_us.append(in_models_s * 1e6)
                 lengths.append(prediction.num_tokens)
             history.append({"role": "assistant", "content": _words(rng, 300)})
 
@@ -120,6 +153,8 @@ def main() -> None:
         "num_decisions": len(decide_us),
         "prompt_tokens": pcts([float(n) for n in lengths]),
         "decision_us": pcts(decide_us),
+        "cache_model_us": pcts(model_us),
+        "rest_us": pcts([d - m for d, m in zip(decide_us, model_us, strict=True)]),
         "finish_us": pcts(finish_us),
         "memo": {
             "piece_hits": router.prompts.num_piece_hits,

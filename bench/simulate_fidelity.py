@@ -8,7 +8,7 @@ Five workload shapes, written as OpenAI request logs (the format `kvroute simula
 reads), are each served on llama-server and vLLM-CPU (started here unless a URL is given:
 4 slots/sequences x 2048 tokens, vLLM eager with 32-token blocks) in a closed loop of 1
 and of 4 clients, greedy, 8 output tokens. Each run goes through
-`kvroute.cache.validate.validate`: reset the cache, serve, read the per-response cached
+`kvroute.validate.run.validate`: reset the cache, serve, read the per-response cached
 tokens and the /metrics deltas, replay the engine's model with the engine's settings over
 the run as it happened, compare.
 
@@ -48,22 +48,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from kvroute.cache.registry import EngineSettings  # noqa: E402
-from kvroute.cache.validate import (  # noqa: E402
-    EngineSetup,
-    Prediction,
-    ResetOutcome,
-    RunInfo,
-    RunShape,
-    Served,
-    ValidateOptions,
-    ValidationResult,
-    compare,
-    given_from_argv,
-    http_post,
-    predict,
-    validate,
-    with_given,
-)
 from kvroute.engines.base import CacheCounters  # noqa: E402
 from kvroute.engines.launch import LaunchOptions  # noqa: E402
 from kvroute.engines.local import LocalEngines  # noqa: E402
@@ -75,6 +59,20 @@ from kvroute.trace.formats.base import ReadOptions  # noqa: E402
 from kvroute.trace.readers import read_trace  # noqa: E402
 from kvroute.trace.records import Request, TextPrompt, TokenPrompt  # noqa: E402
 from kvroute.trace.tokenize import tokenize_requests  # noqa: E402
+from kvroute.validate.compare import compare  # noqa: E402
+from kvroute.validate.predict import Prediction, predict  # noqa: E402
+from kvroute.validate.result import (  # noqa: E402
+    EngineSetup,
+    ResetOutcome,
+    RunInfo,
+    RunShape,
+    Served,
+    ValidateOptions,
+    ValidationResult,
+)
+from kvroute.validate.run import validate  # noqa: E402
+from kvroute.validate.serve import http_post  # noqa: E402
+from kvroute.validate.settings import given_from_argv, with_given  # noqa: E402
 
 BOUND_PP = {"vllm": 0.5, "llamacpp": 1.0}
 OUTPUT_TOKENS = 8

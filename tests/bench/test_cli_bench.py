@@ -12,7 +12,11 @@ from bench.fake_upstream import fake_upstream
 from kvroute.bench.result import load_result
 from kvroute.cli import main
 
-ENTRY = ("kvroute.cli.bench", "bench_group", "Benchmark endpoints with workload-shaped load, side by side.")
+ENTRY = (
+    "kvroute.cli.bench",
+    "bench_group",
+    "Benchmark endpoints with workload-shaped load, side by side.",
+)
 
 
 @pytest.fixture
@@ -35,7 +39,10 @@ def test_workloads_lists_every_generator_with_parameters(cli: CliRunner) -> None
 
 def test_generated_workload_is_analyzed_with_its_overlap(cli: CliRunner, tmp_path: Path) -> None:
     log = tmp_path / "rag.jsonl"
-    assert run(cli, "bench", "generate", "rag", str(log), "-n", "60", "-p", "overlap=0.5").exit_code == 0
+    assert (
+        run(cli, "bench", "generate", "rag", str(log), "-n", "60", "-p", "overlap=0.5").exit_code
+        == 0
+    )
     out = tmp_path / "a.json"
     assert run(cli, "analyze", str(log), "-q", "--json", str(out), "--workers", "1").exit_code == 0
     assert orjson.loads(out.read_bytes())["overlap"]["hit_ratio"] == pytest.approx(0.5, abs=0.02)
@@ -44,29 +51,97 @@ def test_generated_workload_is_analyzed_with_its_overlap(cli: CliRunner, tmp_pat
 def test_run_report_and_compare(cli: CliRunner, tmp_path: Path) -> None:
     a, b, html = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "a.html"
     with fake_upstream() as up:
-        common = ["-w", "qa", "-n", "6", "--concurrency", "2", "--cache", "warm", "--slo", "ttft=1s"]
-        out = run(cli, "bench", "-e", f"fake={up.url},model=ok", *common, "--json", str(a), "--html", str(html))
+        common = [
+            "-w",
+            "qa",
+            "-n",
+            "6",
+            "--concurrency",
+            "2",
+            "--cache",
+            "warm",
+            "--slo",
+            "ttft=1s",
+        ]
+        out = run(
+            cli,
+            "bench",
+            "-e",
+            f"fake={up.url},model=ok",
+            *common,
+            "--json",
+            str(a),
+            "--html",
+            str(html),
+        )
         assert out.exit_code == 0, out.output
-        out = run(cli, "bench", "-e", f"fake={up.url},model=split", *common, "--rate", "20", "--concurrency", "2",
-                  "--json", str(b))
+        out = run(
+            cli,
+            "bench",
+            "-e",
+            f"fake={up.url},model=split",
+            *common,
+            "--rate",
+            "20",
+            "--concurrency",
+            "2",
+            "--json",
+            str(b),
+        )
         assert out.exit_code == 2 and "one of --rate" in out.output
-        out = run(cli, "bench", "-e", f"fake={up.url},model=split", "-w", "qa", "-n", "6", "--concurrency", "2",
-                  "--json", str(b), "-q")
+        out = run(
+            cli,
+            "bench",
+            "-e",
+            f"fake={up.url},model=split",
+            "-w",
+            "qa",
+            "-n",
+            "6",
+            "--concurrency",
+            "2",
+            "--json",
+            str(b),
+            "-q",
+        )
         assert out.exit_code == 0
     result = load_result(a)
     assert result.workload.ideal_overlap is not None and result.runs[0].summary.num_ok == 6
     assert result.runs[0].summary.goodput is not None
     assert "<svg" in html.read_text()
-    out = run(cli, "bench", "compare", str(a), str(b), "--html", str(tmp_path / "c.html"), "--json", str(tmp_path / "c.json"))
+    out = run(
+        cli,
+        "bench",
+        "compare",
+        str(a),
+        str(b),
+        "--html",
+        str(tmp_path / "c.html"),
+        "--json",
+        str(tmp_path / "c.json"),
+    )
     assert out.exit_code == 0 and "TTFT p50" in out.output
     assert orjson.loads((tmp_path / "c.json").read_bytes())[0]["load"] == "concurrency=2"
-    assert run(cli, "bench", "report", str(a), "--html", str(tmp_path / "again.html")).exit_code == 0
+    assert (
+        run(cli, "bench", "report", str(a), "--html", str(tmp_path / "again.html")).exit_code == 0
+    )
 
 
 def test_unreachable_endpoint_still_writes_a_result(cli: CliRunner, tmp_path: Path) -> None:
     path = tmp_path / "r.json"
-    out = run(cli, "bench", "-e", "dead=http://127.0.0.1:9", "-w", "code", "-n", "3", "--no-overlap-check",
-              "--json", str(path))
+    out = run(
+        cli,
+        "bench",
+        "-e",
+        "dead=http://127.0.0.1:9",
+        "-w",
+        "code",
+        "-n",
+        "3",
+        "--no-overlap-check",
+        "--json",
+        str(path),
+    )
     assert out.exit_code == 0
     assert load_result(path).runs[0].summary.errors == {"connect": 3}
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from bench.fake_upstream import fake_upstream
 from kvroute.bench.client import Prepared, StreamSink, Timeouts, send
-from kvroute.bench.http1 import ConnectionPool, Failure, Target, request_bytes
+from kvroute.bench.http1 import Failure, Target, request_bytes
+from kvroute.bench.pool import ConnectionPool
 from kvroute.bench.record import ErrorKind, Outcome, RequestRecord
 
 SSE = {b"content-type": b"text/event-stream"}

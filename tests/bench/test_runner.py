@@ -4,8 +4,10 @@ summary, time bounds kept, schedules honoured, results written and read back."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 
 from bench.fake_upstream import fake_upstream
@@ -184,8 +186,30 @@ def test_open_loop_keeps_its_rate_and_measures_from_the_schedule() -> None:
     r = result.runs[0]  # type: ignore[attr-defined]
     assert r.summary.num_ok == 40
     assert [x.scheduled_s for x in r.requests][:3] == pytest.approx([0.0, 0.025, 0.05])
-    assert r.summary.rates.achieved_share == pytest.approx(1.0, abs=0.02)
-    assert r.summary.dispatch_delay_s.p99 < 0.02
+    # loose bounds: this catches a dispatcher that drifts or serialises, not jitter
+    # (a shared machine at load 10 delays single sends by 20+ ms; bench/ measures that)
+    assert r.summary.rates.achieved_share == pytest.approx(1.0, abs=0.1)
+    assert r.summary.dispatch_delay_s.p99 < 0.1
+
+
+@pytest.mark.parametrize("spin_s", [0.0, 0.002])
+def test_open_loop_sends_in_order_never_early_with_or_without_spin(spin_s: float) -> None:
+    with fake_upstream() as up:
+        requests = reqs(["ok"] * 30, depends={5: 2})
+        result = run(
+            up.url,
+            requests,
+            loads=(OpenLoop(100.0, Arrival.CONSTANT),),
+            dispatch_spin_s=spin_s,
+        )
+    recs = result.runs[0].requests  # type: ignore[attr-defined]
+    assert all(r.outcome is Outcome.OK for r in recs)
+    timed = [r for r in recs if r.index != 5]
+    assert all(r.sent_s >= r.scheduled_s for r in timed)
+    sent = [r.sent_s for r in sorted(timed, key=lambda r: r.scheduled_s)]
+    assert sent == sorted(sent)
+    # the follower waits for its predecessor's end plus think time, timer or not
+    assert recs[5].scheduled_s >= recs[2].end_s + 0.05 - 1e-6
 
 
 def test_closed_loop_users_and_dependencies() -> None:
@@ -227,6 +251,17 @@ def test_sharded_workers_and_concurrent_side_by_side() -> None:
     assert a.summary.num_ok == b.summary.num_ok == 30
     assert [r.scheduled_s for r in a.requests] == [r.scheduled_s for r in b.requests]
     assert result.side_by_side == "concurrent"
+
+
+def test_temperature_is_sent_when_asked_and_a_workloads_own_is_kept() -> None:
+    r0 = reqs(["ok"])[0]
+    plain = orjson.loads(request_body(r0, "m", RunOptions(loads=(ClosedLoop(1),)), None))
+    greedy_opts = RunOptions(loads=(ClosedLoop(1),), temperature=0.0)
+    greedy = orjson.loads(request_body(r0, "m", greedy_opts, None))
+    own = replace(r0, body={**r0.body, "temperature": 0.7})
+    kept = orjson.loads(request_body(own, "m", greedy_opts, None))
+    assert "temperature" not in plain and greedy["temperature"] == 0.0
+    assert kept["temperature"] == 0.7
 
 
 def test_salted_bodies_and_compare_of_two_results() -> None:

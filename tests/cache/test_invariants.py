@@ -188,7 +188,7 @@ def _run(
                 for x in (i, j, i)
             ]
             before = (model.usage(), model.stats())
-            order = list(model.schedule_order(seqs))
+            order = list(model.schedule_order(seqs, num_released=j % 4))
             assert sorted(order) == [0, 1, 2]
             assert (model.usage(), model.stats()) == before
         model.check_invariants()

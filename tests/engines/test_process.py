@@ -96,7 +96,11 @@ def test_recycled_pid_is_not_ours_and_is_left_alone(tmp_path: Path) -> None:
 def test_orphaned_group_members_are_stopped(tmp_path: Path) -> None:
     # The leader exits, its child lives on in the group: down must still stop it.
     proc = spawn(
-        ["sh", "-c", "sleep 60 & sleep 0.5; exit 0"],  # the leader outlives spawn() checks, then exits
+        [
+            "sh",
+            "-c",
+            "sleep 60 & sleep 0.5; exit 0",
+        ],  # the leader outlives spawn() checks, then exits
         env=dict(os.environ),
         log_path=tmp_path / "log",
         lifetime=Lifetime.DETACHED,

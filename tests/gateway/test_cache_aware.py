@@ -4,8 +4,10 @@ llama-server replicas against round robin."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -18,11 +20,12 @@ from kvroute.bench.workloads.base import GenContext
 from kvroute.bench.workloads.multiturn import MultiturnWorkload
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError
-from kvroute.gateway.cache_routing import _chain, _extends, _SessionChain
+from kvroute.gateway.cache_routing import CacheRouter, _chain, _extends, _SessionChain
 from kvroute.gateway.cache_view import BackendCacheView, CacheViewConfig
 from kvroute.gateway.config import parse_config
 from kvroute.gateway.policies.base import BackendSnapshot, PickInput
 from kvroute.gateway.policies.cache_aware import CacheAware, cache_aware
+from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.trace.hashing import chain_hashes
 from kvroute.trace.tokenizer import load_tokenizer
 
@@ -85,6 +88,57 @@ def test_session_chain_continues_to_the_same_hashes() -> None:
         previous = _SessionChain(tokens[:500], {unit: chain_hashes(tokens[:500], unit)})
         assert np.array_equal(_chain(tokens, unit, previous), chain_hashes(tokens, unit))
     assert _extends(tokens, tokens[:10]) and not _extends(tokens[:10], tokens)
+
+
+@dataclass
+class _ViewBackend:
+    """What the router reads of a backend: its name and its cache view."""
+
+    name: str
+    cache_view: BackendCacheView
+
+    def view(self) -> BackendCacheView:
+        return self.cache_view
+
+
+def test_router_predictions_equal_a_from_scratch_reference() -> None:
+    """Memoised tokens, incremental session hashes and incremental finishes give the
+    hits that full encodes and full hash chains give, turn after turn."""
+    tokenizer = load_tokenizer()
+    configs = [("llamacpp", 2), ("vllm", 4), ("sglang", 4), ("llamacpp", 1)]
+
+    def views() -> list[BackendCacheView]:
+        return [
+            BackendCacheView(e, CacheViewConfig(capacity_tokens=6000, slots=n)) for e, n in configs
+        ]
+
+    backends = [_ViewBackend(f"b{i}", v) for i, v in enumerate(views())]
+    reference = views()
+    next_pseudo = [0] * len(reference)  # each view numbers its output tokens itself
+    router = CacheRouter(PromptTokens(tokenizer), logging.getLogger("test"))
+    rng = random.Random(3)
+    sessions = [[{"role": "system", "content": f"Store {s}. " + "Rules. " * 150}] for s in range(3)]
+    for turn in range(4):
+        for s, messages in enumerate(sessions):
+            messages.append({"role": "user", "content": f"Turn {turn}: {rng.random()}"})
+            body = {"messages": messages, "max_tokens": 32}
+            prediction = router.predict(body, backends, f"s{s}")  # type: ignore[arg-type]
+            assert prediction is not None
+            ids = tokenizer.encode_chat(messages)
+            assert np.array_equal(prediction.token_ids, ids)
+            assert prediction.hits == [v.predict(v.seq(ids)) for v in reference]
+            chosen = rng.randrange(len(backends))
+            finish = router.start(prediction, backends, backends[chosen], body)  # type: ignore[arg-type]
+            num_output = rng.randrange(1, 40)
+            finish(num_output)
+            ref, request_id = reference[chosen], turn * 10 + s
+            ref.model.pin(request_id, ref.seq(ids), ids.shape[0] + 32)
+            first = next_pseudo[chosen]
+            next_pseudo[chosen] += num_output - 1
+            outputs = (np.arange(first, first + num_output - 1) + 0x8000_0000).astype(np.uint32)
+            ref.model.unpin(request_id, ref.seq(np.concatenate((ids, outputs))))
+            messages.append({"role": "assistant", "content": f"Answer {turn}."})
+    assert sum(v.predict(v.seq(tokenizer.encode_chat(sessions[0]))) for v in reference) > 0
 
 
 def test_gateway_routes_a_session_to_its_cache_and_says_why(
@@ -150,7 +204,7 @@ def test_cache_aware_beats_round_robin_on_llama_server(
     requests = workload.generate(18, GenContext.seeded(load_tokenizer(), 7))
     backends = "".join(
         f"  - {{name: {r.name}, url: '{r.base_url}', engine: llamacpp, "
-        "cache: {slots: 4, capacity_tokens: 8192}}\n"
+        "cache: {slots: 4, capacity_tokens: 8192, cache_ram_mib: 0}}\n"
         for r in llamacpp_pool
     )
     hit_ratio: dict[str, float] = {}

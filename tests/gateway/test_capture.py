@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ from kvroute.gateway.capture import (
 from kvroute.gateway.capture_files import RotatingTraceFile
 from kvroute.gateway.config import parse_config
 from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.trace.formats.base import ReadOptions, RecordError
+from kvroute.trace.formats.openai_log import OpenAILogFormat
 from kvroute.trace.hashing import chain_hashes
 from kvroute.trace.readers import read_trace
 from kvroute.trace.records import BlockPrompt
@@ -168,14 +171,22 @@ def test_full_queue_drops_and_counts(tmp_path: Path, tokenizer: ChatTokenizer) -
     assert sum(1 for _ in read_trace(captured_files(tmp_path)[0])) == 2
 
 
+@pytest.mark.parametrize(
+    "routes", ["", "routes: [{name: r, pool: default, policy: cache_aware}]\n"]
+)
 def test_capture_to_analyze_round_trip(
-    loop_thread: LoopThread, fake: FakeUpstream, tmp_path: Path, tokenizer: ChatTokenizer
+    loop_thread: LoopThread,
+    fake: FakeUpstream,
+    tmp_path: Path,
+    tokenizer: ChatTokenizer,
+    routes: str,
 ) -> None:
     """Through the gateway (fake upstream): every request is in the trace, with the
-    gateway's class and backend, and analyze finds the overlap computed here."""
+    gateway's class and backend, and analyze finds the overlap computed here; the same
+    when a cache_aware route tokenizes and capture takes its token ids."""
     config = (
         f"backends: [{{name: f1, url: '{fake.url}', engine: vllm}}]\n"
-        f"capture: {{directory: '{tmp_path}', block_size_tokens: 16}}\n"
+        f"capture: {{directory: '{tmp_path}', block_size_tokens: 16}}\n" + routes
     )
     requests = conversations(num_sessions=3, num_turns=3)
     with running_gateway(loop_thread, config) as gw:
@@ -187,6 +198,10 @@ def test_capture_to_analyze_round_trip(
                 )
                 assert r.status_code == 200
         metrics = gw.gateway.metrics
+        capture_prompts = gw.gateway.capture._prompts if gw.gateway.capture else None
+    if routes:  # the route's token ids were taken: capture tokenized nothing itself
+        assert capture_prompts is not None
+        assert capture_prompts.num_piece_hits + capture_prompts.num_piece_misses == 0
     num_answered = int(sum(metrics.requests.values.values()))
     [path] = captured_files(tmp_path)
     records = [orjson.loads(line) for line in path.read_bytes().splitlines()[1:]]
@@ -346,3 +361,52 @@ def test_batch_hashes_equal_the_writers(tokenizer: ChatTokenizer, prompts: Promp
         prompt = body["prompt"]
         ids = tokenizer.encode(prompt) if isinstance(prompt, str) else np.array(prompt, np.uint32)
         assert rec["hashes"] == prompt_block_hashes(ids, 16).tolist()
+
+
+ATTR_BODIES: list[dict[str, Any]] = [
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    {
+        "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "a"},
+            {"role": "user", "content": "q2"},
+        ]
+    },
+    {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+    {"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "r"}]},
+    {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}},
+    {"messages": [{"role": "user", "content": "x"}], "extra_body": {"guided_regex": "a+"}},
+    {"messages": [{"role": "user", "content": "x"}], "user": "u1", "metadata": {"session_id": 3}},
+    {"messages": [{"role": "user", "content": "x"}], "user": 7},
+    {"messages": [{"role": "user", "content": "x"}], "timestamp": "yesterday"},  # rejected
+    {"messages": [{"role": "user", "content": "x"}], "tools": {"not": "a list"}},  # rejected
+    {"messages": [{"content": "no role"}]},  # rejected
+    {"messages": []},  # rejected
+]
+
+
+@pytest.mark.parametrize("body", ATTR_BODIES)
+def test_records_are_those_of_the_format_parser(
+    tokenizer: ChatTokenizer, prompts: PromptTokens, body: dict[str, Any]
+) -> None:
+    """The short path for plain chat bodies keeps what the trace format reads and
+    refuses; routing's token ids, handed over, give the same record."""
+    try:
+        parsed = OpenAILogFormat().parse(dict(body), 0, 0, ReadOptions())[0]
+    except RecordError:
+        with pytest.raises(RecordError):
+            capture_record(event(body), prompts, block_size_tokens=16, include_text=False)
+        return
+    rec = capture_record(event(body), prompts, block_size_tokens=16, include_text=False)
+    attrs = parsed.attrs
+    assert (rec["turn"], rec["messages"]) == (attrs.turn_index, attrs.num_messages)
+    assert rec.get("tools", False) == attrs.has_tools
+    assert rec.get("structured", "none") == attrs.structured_output.value
+    ids = tokenizer.encode_chat(body["messages"], body.get("tools"))
+    assert rec["hashes"] == prompt_block_hashes(ids, 16).tolist()
+    handed = replace(event(body), token_ids=(tokenizer.name, ids))
+    assert capture_record(handed, prompts, block_size_tokens=16, include_text=False) == rec
+    # ids from another tokenizer are not taken
+    foreign = replace(event(body), token_ids=("another-model", ids[:1]))
+    assert capture_record(foreign, prompts, block_size_tokens=16, include_text=False) == rec

@@ -11,6 +11,7 @@ from kvroute.trace.hashing import (
     chain_hashes,
     chain_hashes_batch,
     extend_chain,
+    extend_chain_hashes,
     rechain_ids,
 )
 
@@ -80,3 +81,13 @@ def test_rechain_ids_distinguishes_positions() -> None:
     assert out[0] != out[2] and out[1] != out[3]
     same = rechain_ids(np.array([5, 5, 5, 5], dtype=np.uint64), np.array([0, 2], dtype=np.int64))
     assert same[0] == same[2] and same[1] == same[3]
+
+
+@given(token_lists, st.integers(0, 80), st.integers(1, 9))
+def test_extended_chain_equals_the_full_chain(tokens: list[int], cut: int, block_size: int) -> None:
+    arr = _arr(tokens)
+    known = chain_hashes(arr[: min(cut, len(arr))], block_size)
+    assert (
+        extend_chain_hashes(known, arr, block_size).tolist()
+        == chain_hashes(arr, block_size).tolist()
+    )

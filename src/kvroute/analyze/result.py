@@ -7,8 +7,9 @@ on any incompatible change.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from kvroute.analyze.drift import DriftResult
 from kvroute.analyze.pairwise import PairwiseResult
 from kvroute.analyze.reuse import ReuseResult
 from kvroute.analyze.sessions import SessionsResult
@@ -115,3 +116,5 @@ class AnalysisResult:
     reuse: ReuseResult
     verdict: Verdict
     elapsed_s: float
+    drift: DriftResult = field(default_factory=lambda: DriftResult(0, 0.0, 0, []))
+    """Shared prefixes that changed version (drift.py)."""

@@ -15,6 +15,7 @@ from itertools import islice
 
 import numpy as np
 
+from kvroute.analyze.drift import DriftTracker
 from kvroute.analyze.groups import GroupTracker
 from kvroute.analyze.pairwise import PairSampler
 from kvroute.analyze.prefix_index import PrefixIndex
@@ -50,6 +51,9 @@ class AnalyzeOptions:
     reuse_max_samples: int = 1_000_000
     pair_reservoir: int = 1000
     num_pairs: int = 5_000
+    drift_window_requests: int = 200
+    """Requests per window of the prompt-drift detector (drift.py)."""
+    drift_min_share: float = 0.1
 
 
 def _chunks(requests: Iterable[Request], n: int) -> Iterator[list[Request]]:
@@ -119,6 +123,7 @@ class _Accumulators:
     sessions: SessionTracker
     pairs: PairSampler
     cols: _Columns
+    drift: DriftTracker
 
     @classmethod
     def for_first(
@@ -136,6 +141,9 @@ class _Accumulators:
             sessions=SessionTracker(),
             pairs=PairSampler(rng, reservoir_size=opts.pair_reservoir, num_pairs=opts.num_pairs),
             cols=_Columns(),
+            drift=DriftTracker(
+                bs, window_requests=opts.drift_window_requests, min_share=opts.drift_min_share
+            ),
         )
 
 
@@ -262,6 +270,7 @@ def analyze_requests(
         reuse=reuse.finish(_capacity_grid(total, bs), overlap.block_hit_ratio),
         verdict=verdict_for(overlap, groups_res, sess, shape),
         elapsed_s=time.perf_counter() - started,
+        drift=acc.drift.finish(preview),
     )
 
 
@@ -298,6 +307,7 @@ def _token_chunk(chunk: list[Request], acc: _Accumulators) -> None:
             sessions.add(req.session_id, toks, n, req.output_token_ids, 1)
         pairs.add(toks, n)
         groups.add(keys, match.matched_blocks, match.matched_tokens)
+        acc.drift.add(keys, n, match.matched_tokens, req.arrival_s, req.session_id)
         lcp.append(match.matched_tokens)
         block_lcp.append(match.matched_blocks * bs)
     arrivals = acc.cols.add_chunk(chunk, lengths, lcp, block_lcp)
@@ -353,6 +363,7 @@ def _block_chunk(chunk: list[Request], acc: _Accumulators) -> None:
             sessions.add(req.session_id, full, n, None, bs)
         pairs.add(keys, n)
         groups.add(keys, match.matched_blocks, match.matched_tokens)
+        acc.drift.add(keys, n, match.matched_tokens, req.arrival_s, req.session_id)
         lcp.append(match.matched_tokens)
         block_lcp.append(min(match.matched_blocks, n // bs) * bs)
     arrivals = acc.cols.add_chunk(chunk, lengths, lcp, block_lcp)

@@ -23,7 +23,8 @@ from typing import Any
 
 import orjson
 
-from kvroute.bench.http1 import Clock, Connection, ConnectionPool, Failure
+from kvroute.bench.http1 import Clock, Connection, Failure
+from kvroute.bench.pool import ConnectionPool
 from kvroute.bench.record import ErrorKind, Outcome, RequestRecord
 from kvroute.bench.sse import SSEEvent, SSEParser
 

@@ -29,7 +29,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from kvroute.bench.client import InFlight, Prepared, Timeouts, begin, send
-from kvroute.bench.http1 import ConnectionPool, Target
+from kvroute.bench.dispatch import Dispatcher
+from kvroute.bench.http1 import Target
+from kvroute.bench.pool import ConnectionPool
 from kvroute.bench.record import Outcome, RequestRecord
 from kvroute.bench.schedule import Slot
 
@@ -59,6 +61,11 @@ class ShardPlan:
     timeouts: Timeouts
     max_connections: int = 1024
     prewarm: int = 0
+    spare: int = 0
+    """Idle connections kept opening ahead of need (see :class:`ConnectionPool`)."""
+    spin_s: float = 0.0
+    """Open loop: poll for the last ``spin_s`` before each send instead of sleeping
+    (sub-millisecond send times for CPU; see :class:`~.dispatch.Dispatcher`)."""
     t0: float = 0.0
     """Set when every shard is ready (:func:`run_sharded`); with it ``deadline`` and
     ``timeouts.deadline``."""
@@ -81,7 +88,9 @@ class _EndpointRun:
     def __init__(self, job: Job, plan: ShardPlan, waited_on: set[int]) -> None:
         self.job = job
         self.plan = plan
-        self.pool = ConnectionPool(job.target, clock, max_connections=plan.max_connections)
+        self.pool = ConnectionPool(
+            job.target, clock, max_connections=plan.max_connections, spare=plan.spare
+        )
         self.records: dict[int, RequestRecord] = {}
         loop = asyncio.get_running_loop()
         self.ended: dict[int, asyncio.Future[None]] = {i: loop.create_future() for i in waited_on}
@@ -168,16 +177,26 @@ async def _sleep_until(at: float) -> None:
 
 
 async def _open_loop(runs: list[_EndpointRun], plan: ShardPlan) -> list[asyncio.Task[object]]:
+    """Start every slot of an open-loop shard; returns the requests' tasks.
+
+    Independent slots are sent by a :class:`~.dispatch.Dispatcher` from timer callbacks; a slot
+    that follows another gets a task that waits for that one's end.
+    """
     tasks: list[asyncio.Task[object]] = []
+    timed: list[tuple[int, float]] = []
     for slot in plan.slots:
         index, offset = slot.request_index, slot.offset_s or 0.0
         if plan.t0 + offset >= plan.deadline:
             break
         if index in plan.depends_on:
             tasks += [asyncio.create_task(r.after_dependency(index, offset)) for r in runs]
-            continue
-        await _sleep_until(plan.t0 + offset)
-        tasks += [r.dispatch(index, offset) for r in runs]
+        else:
+            timed.append((index, offset))
+
+    def send(index: int, offset: float) -> None:
+        tasks.extend(run.dispatch(index, offset) for run in runs)
+
+    await Dispatcher(timed, send, t0=plan.t0, spin_s=plan.spin_s, clock=clock).run()
     return tasks
 
 

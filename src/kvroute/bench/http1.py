@@ -9,16 +9,14 @@ measures both (see docs/bench.md).
 
 Framing: ``Transfer-Encoding: chunked`` (what llama-server and uvicorn stream with),
 ``Content-Length``, or read-until-close. The parser is a pure state machine
-(:class:`ResponseParser`) driven by :class:`Connection`; :class:`ConnectionPool` keeps
-idle connections per endpoint and bounds how many are open.
+(:class:`ResponseParser`) driven by :class:`Connection`; connections are pooled in
+:mod:`kvroute.bench.pool`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import ssl as ssl_module
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -330,86 +328,3 @@ class Connection(asyncio.Protocol):
         self.closed = True
         if self._transport is not None:
             self._transport.abort()
-
-
-class ConnectionPool:
-    """Idle keep-alive connections to one target, at most ``max_connections`` in use.
-
-    Idle connections are reused last-in first-out, so a light load keeps few of them
-    warm (llama-server holds an HTTP thread per open connection).
-    """
-
-    def __init__(self, target: Target, clock: Clock, *, max_connections: int = 1024) -> None:
-        self.target = target
-        self._clock = clock
-        self._idle: deque[Connection] = deque()
-        self._max = max_connections
-        self._num_out = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
-        self._ssl = ssl_module.create_default_context() if target.tls else None
-        self.num_opened = 0
-
-    def acquire_idle(self) -> Connection | None:
-        """An idle connection right now, without waiting (None when there is none):
-        the dispatcher's fast path, which sends in the same loop step it woke in."""
-        while self._idle and self._num_out < self._max:
-            conn = self._idle.pop()
-            if not conn.closed:
-                self._num_out += 1
-                return conn
-        return None
-
-    async def acquire(self) -> Connection:
-        """An idle connection or a new one. Raises ``OSError`` when connecting fails."""
-        while self._num_out >= self._max:
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            await waiter
-        conn = self.acquire_idle()
-        if conn is not None:
-            return conn
-        self._num_out += 1
-        try:
-            loop = asyncio.get_running_loop()
-            _, conn = await loop.create_connection(
-                lambda: Connection(self._clock), self.target.host, self.target.port, ssl=self._ssl
-            )
-        except BaseException:
-            self._give_back()
-            raise
-        self.num_opened += 1
-        return conn
-
-    def _give_back(self) -> None:
-        self._num_out -= 1
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-
-    def release(self, conn: Connection) -> None:
-        """Give back a connection after its response; closed unless reusable."""
-        if conn.reusable:
-            conn.recycle()
-            self._idle.append(conn)
-        else:
-            conn.abort()
-        self._give_back()
-
-    async def prewarm(self, num: int) -> int:
-        """Open up to ``num`` idle connections ahead of a run; returns how many opened."""
-        conns = []
-        for _ in range(num):
-            try:
-                conns.append(await self.acquire())
-            except OSError:
-                break
-        for conn in conns:
-            self._idle.append(conn)
-            self._give_back()
-        return len(conns)
-
-    def close(self) -> None:
-        while self._idle:
-            self._idle.pop().abort()

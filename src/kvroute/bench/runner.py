@@ -107,10 +107,18 @@ class RunOptions:
     """Bound on each run (endpoint × step × repeat) from its first intended send."""
     stream: bool = True
     ignore_eos: bool = False
+    temperature: float | None = None
+    """Sent with every request when set (0: greedy, so each engine's answers, and with
+    them E2E and TPOT, are the same from run to run); None: the engine's default."""
     workers: int = 1
     max_connections: int = 1024
     prewarm: int | None = None
     """Connections opened before a run (None: closed loop one per user, open loop none)."""
+    spare_connections: int = 2
+    """Open loop: connections opened in the background whenever fewer are idle, so a
+    send rarely waits for a connect."""
+    dispatch_spin_s: float = 0.0
+    """Open loop: poll the last ``dispatch_spin_s`` before each send (CPU for precision)."""
     slo: Slo | None = None
     cancel: CancelSpec | None = None
     seed: int = 0
@@ -124,8 +132,11 @@ class RunOptions:
             "max_duration_s": self.max_duration_s,
             "stream": self.stream,
             "ignore_eos": self.ignore_eos,
+            "temperature": self.temperature,
             "workers": self.workers,
             "max_connections": self.max_connections,
+            "spare_connections": self.spare_connections,
+            "dispatch_spin_s": self.dispatch_spin_s,
             "slo": None
             if self.slo is None
             else {"ttft_s": self.slo.ttft_s, "tpot_s": self.slo.tpot_s, "e2e_s": self.slo.e2e_s},
@@ -192,6 +203,8 @@ def request_body(
         body["stream_options"] = {"include_usage": True}
     if options.ignore_eos:
         body["ignore_eos"] = True
+    if options.temperature is not None and "temperature" not in body:
+        body["temperature"] = options.temperature
     return orjson.dumps(body)
 
 
@@ -365,6 +378,8 @@ def _send_shards(
                 timeouts=timeouts,
                 max_connections=options.max_connections,
                 prewarm=prewarm,
+                spare=options.spare_connections if closed is None else 0,
+                spin_s=options.dispatch_spin_s,
             )
         )
     results = run_sharded(jobs_by_shard, plans, margin_s=_START_MARGIN_S)

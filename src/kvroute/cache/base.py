@@ -36,9 +36,11 @@ class InvariantViolation(AssertionError):
     """A cache model's internal state broke one of its invariants: a bug in kvroute."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CacheSeq:
-    """A token sequence as the cache models see it.
+    """A token sequence as the cache models see it. Read-only by convention: not frozen
+    because a frozen dataclass costs 4x more to build, and the replay builds two per
+    request (bench/simulate_bench.py).
 
     ``keys[i]`` is the chained hash of units ``0..i`` (``unit_tokens`` tokens each), so a
     shared prefix of keys is a shared prefix of tokens. ``num_units`` is the memory the
@@ -130,6 +132,16 @@ class Admission:
 
 NO_ROOM = Admission(AdmitStatus.NO_ROOM)
 TOO_LARGE = Admission(AdmitStatus.TOO_LARGE)
+
+
+class Admitted(dict[int, Admission]):
+    """ADMITTED admissions by cached tokens, each built once (``admitted[hit]``): ``pin``
+    returns one per request and a frozen dataclass costs microseconds to build. A model
+    keeps one of these; the admissions are immutable, so sharing them is safe."""
+
+    def __missing__(self, cached_tokens: int) -> Admission:
+        adm = self[cached_tokens] = Admission(AdmitStatus.ADMITTED, cached_tokens)
+        return adm
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,10 +244,18 @@ class PrefixCache(Protocol):
         pinned data."""
         ...
 
-    def schedule_order(self, waiting: Sequence[CacheSeq]) -> Sequence[int]:
+    def schedule_order(
+        self, waiting: Sequence[CacheSeq], *, num_released: int = 0
+    ) -> Sequence[int]:
         """The order (indices into ``waiting``, oldest first) in which the engine would try
-        to start waiting requests; FCFS engines return ``range(len(waiting))`` without
-        reading it. Does not mutate."""
+        to start waiting requests, right after a step that released ``num_released``
+        finished requests; FCFS engines return ``range(len(waiting))`` without reading it.
+        Does not mutate."""
+        ...
+
+    def release_order(self, request_ids: Sequence[int]) -> Sequence[int]:
+        """The order in which the engine releases running requests that finish in the same
+        step (given in request id order); the replay unpins them in it. Does not mutate."""
         ...
 
     def usage(self) -> CacheUsage:

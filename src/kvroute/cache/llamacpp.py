@@ -20,6 +20,9 @@ the prompt-reuse block of ``update_slots`` with ``--cache-reuse`` chunk shifting
   idle slot is saved and, with a unified KV buffer, cleared (``--cache-idle-slots``).
 - Reuse is the LCP of the slot's tokens and the prompt (``cache_prompt``), extended by
   ``--cache-reuse`` chunk shifting when set; one prompt token is always recomputed.
+- A request that finds every slot busy is deferred; each slot released moves the oldest
+  deferred one to the front of the task queue (``server-queue.cpp``), so a step that
+  frees several slots restarts them newest first (``schedule_order``).
 - A prompt of ``n_ctx`` tokens or more for its slot is refused; generation stops one
   token before the slot's context is full. With a unified buffer that runs short, idle
   slots are purged one at a time in slot order.
@@ -35,13 +38,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from kvroute.cache.base import (
     NO_ROOM,
     TOO_LARGE,
     Admission,
     AdmitStatus,
+    Admitted,
     CacheGeometry,
     CacheSeq,
     CacheStats,
@@ -49,8 +51,8 @@ from kvroute.cache.base import (
     check,
     units_for,
 )
+from kvroute.cache.chunk_reuse import chunk_reuse as _chunk_reuse
 from kvroute.cache.prompt_cache import HostPromptCache, SavedPrompt, SaveResult
-from kvroute.types import TokenIds
 
 MIB = 1 << 20
 _UNBOUNDED = 1 << 62
@@ -121,6 +123,7 @@ class LlamaCppPrefixCache:
             self._slot_ctx = ctx_per_slot(cap, config.num_slots, config.kv_unified)
             self._n_ctx = self._slot_ctx if config.kv_unified else self._slot_ctx * config.num_slots
         self._slots = [_Slot(i) for i in range(config.num_slots)]
+        self._num_slots = config.num_slots
         self._by_request: dict[int, _Slot] = {}
         self._ram: HostPromptCache | None = None
         if config.cache_ram_mib != 0:
@@ -141,6 +144,7 @@ class LlamaCppPrefixCache:
             "cache_reuse_tokens": 0,
         }
         self._next_insert_id = -1
+        self._admitted = Admitted()
 
     @property
     def unit_tokens(self) -> int:
@@ -170,10 +174,12 @@ class LlamaCppPrefixCache:
         best_sim = 0.0
         best_lcp = 0
         if threshold != 0.0 and total > 0:
+            keys = seq.keys
             for slot in self._slots:
-                if slot.running is not None or slot.content is None or not slot.content.num_tokens:
+                content = slot.content
+                if slot.running is not None or content is None or not content.num_tokens:
                     continue
-                lcp = self._lcp(slot.content, seq)
+                lcp = content.lcp_tokens(keys, total)
                 sim = lcp / total
                 if sim > best_sim and sim > threshold:
                     best, best_sim, best_lcp = slot, sim, lcp
@@ -198,7 +204,7 @@ class LlamaCppPrefixCache:
         return n_past - 1 if n_past == seq.num_tokens and n_past > 0 else n_past
 
     def match(self, seq: CacheSeq) -> int:
-        if all(s.running is not None for s in self._slots):
+        if len(self._by_request) >= self._num_slots:  # every slot busy
             return 0
         slot, _by_similarity, update_cache = self._pick(seq)
         content = slot.content
@@ -213,7 +219,7 @@ class LlamaCppPrefixCache:
             raise ValueError(f"request {request_id} is already running")
         if self._n_ctx is not None and seq.num_tokens >= self._slot_ctx:
             return TOO_LARGE
-        if all(s.running is not None for s in self._slots):
+        if len(self._by_request) >= self._num_slots:  # every slot busy
             return NO_ROOM
         footprint = min(final_tokens, self._slot_ctx - 1)
         unified_pool = self._n_ctx if self.config.kv_unified else None
@@ -246,7 +252,7 @@ class LlamaCppPrefixCache:
             self._cache_idle_slots(ram)
         if self.config.kv_unified and self._n_ctx is not None:
             self._purge_until(self._n_ctx)
-        return Admission(AdmitStatus.ADMITTED, n_past)
+        return self._admitted[n_past]
 
     def _replace(self, slot: _Slot, state: SavedPrompt) -> None:
         """Restore a saved state into an idle slot (its old content is gone from the pool)."""
@@ -317,8 +323,23 @@ class LlamaCppPrefixCache:
                 evicted += self._clear(slot)
         return evicted
 
-    def schedule_order(self, waiting: Sequence[CacheSeq]) -> Sequence[int]:
-        return range(len(waiting))  # the task queue is FIFO
+    def schedule_order(
+        self, waiting: Sequence[CacheSeq], *, num_released: int = 0
+    ) -> Sequence[int]:
+        """Waiting requests are llama.cpp's deferred tasks (they found every slot busy).
+        Each slot released moves the oldest deferred task to the *front* of the task queue
+        (``callback_on_release`` -> ``server_queue::pop_deferred_task``), so a step that
+        frees ``k`` slots restarts the ``k`` oldest newest first, then the rest in order."""
+        n = len(waiting)
+        k = min(num_released, n)
+        if k < 2:
+            return range(n)
+        return [*range(k - 1, -1, -1), *range(k, n)]
+
+    def release_order(self, request_ids: Sequence[int]) -> Sequence[int]:
+        """``update_slots`` releases finished slots in slot order."""
+        slots = self._by_request
+        return sorted(request_ids, key=lambda rid: slots[rid].index)
 
     def usage(self) -> CacheUsage:
         cap = self._n_ctx
@@ -367,36 +388,3 @@ class LlamaCppPrefixCache:
             )
             if ram.limit_tokens is not None:
                 check(ram.total_tokens <= ram.limit_tokens, "host cache over its limit")
-
-
-def _chunk_reuse(
-    cached: TokenIds | None, prompt: TokenIds | None, n_past: int, min_chunk: int
-) -> int:
-    """``--cache-reuse``: after the common prefix, shift cached chunks of at least
-    ``min_chunk`` tokens that reappear, in order, right after it. Returns the new n_past.
-
-    Same result as llama.cpp's scan (which advances through the cache one token at a time
-    until a run of ``min_chunk`` matches): each step is a substring search.
-    """
-    if cached is None or prompt is None or min_chunk <= 0:
-        return n_past
-    c = cached.astype("<u4").tobytes()
-    head_c = head_p = n_past
-    n_c, n_p = cached.shape[0], prompt.shape[0]
-    while head_c < n_c and head_p + min_chunk <= n_p:
-        pattern = prompt[head_p : head_p + min_chunk].astype("<u4").tobytes()
-        j = c.find(pattern, 4 * head_c)
-        while j >= 0 and j % 4:
-            j = c.find(pattern, j + 1)
-        if j < 0:
-            break
-        start = j // 4
-        a = cached[start + min_chunk :]
-        b = prompt[head_p + min_chunk :]
-        k = min(a.shape[0], b.shape[0])
-        diff = np.flatnonzero(a[:k] != b[:k])
-        n_match = min_chunk + (int(diff[0]) if diff.size else k)
-        n_past += n_match
-        head_c = start + n_match
-        head_p += n_match
-    return n_past

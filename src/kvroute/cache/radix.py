@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import enum
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
+from kvroute.cache.base import U64, check
 
-from kvroute.cache.base import U64, check, common_prefix_len
+Keys = list[int]
+"""Chained unit keys as Python ints: indexing a list is several times cheaper than
+indexing a numpy array, and the tree indexes keys once per probe."""
 
 
 class EvictionPolicy(enum.Enum):
@@ -53,9 +56,9 @@ class Node:
         "size",
     )
 
-    def __init__(self, key: U64, parent: Node | None, nid: int, now: int) -> None:
+    def __init__(self, key: Keys, parent: Node | None, nid: int, now: int) -> None:
         self.key = key
-        self.size = int(key.shape[0])
+        self.size = len(key)
         self.parent = parent
         self.children: dict[int, Node] = {}
         self.lock_ref = 0
@@ -74,7 +77,61 @@ class Walk:
     matched: int
 
 
-_EMPTY = np.empty(0, dtype=np.uint64)
+def _lcp(a: Keys, pos: int, end: int, b: Keys) -> int:
+    """Length of the common prefix of ``a[pos:end]`` and ``b`` (chained keys), by binary
+    search as :func:`kvroute.cache.base.common_prefix_len`, without slicing ``a``."""
+    n = min(end - pos, len(b))
+    if n <= 0 or a[pos] != b[0]:
+        return 0
+    if a[pos + n - 1] == b[n - 1]:
+        return n
+    lo, hi = 1, n - 1  # a[pos:pos+lo] == b[:lo]; a[pos+hi] != b[hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[pos + mid] == b[mid]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def as_keys(keys: U64 | Keys) -> Keys:
+    """Keys as a list of Python ints (a list is returned as is)."""
+    return keys if isinstance(keys, list) else keys.tolist()
+
+
+def _lru(node: Node) -> int:
+    return node.last_access
+
+
+def _lfu(node: Node) -> int:  # hit count above access time
+    return (node.hit_count << 48) + node.last_access
+
+
+def _fifo(node: Node) -> int:
+    return node.created
+
+
+def _mru(node: Node) -> int:
+    return -node.last_access
+
+
+def _filo(node: Node) -> int:
+    return -node.created
+
+
+_PRIORITY: dict[EvictionPolicy, Callable[[Node], int]] = {
+    EvictionPolicy.LRU: _lru,
+    EvictionPolicy.LFU: _lfu,
+    EvictionPolicy.FIFO: _fifo,
+    EvictionPolicy.MRU: _mru,
+    EvictionPolicy.FILO: _filo,
+}
+"""Eviction order keys, lowest evicted first (a plain function each: called per leaf change)."""
+
+
+_NID_BITS = 40
+_NID_MASK = (1 << _NID_BITS) - 1
 
 
 class RadixTree:
@@ -83,17 +140,22 @@ class RadixTree:
 
     def __init__(self, policy: EvictionPolicy = EvictionPolicy.LRU) -> None:
         self.policy = policy
+        self._priority = _PRIORITY[policy]
         self._clock = 0
         self._next_id = 0
-        self.root = self._node(_EMPTY, None)
+        self.root = self._node([], None)
+        self._lru = policy is EvictionPolicy.LRU
         self.root.lock_ref = 1
         self.evictable_units = 0
         self.protected_units = 0
         self._leaves: dict[int, Node] = {}
-        self._heap: list[tuple[int, int, Node]] = []
+        self._heap: list[int] = []
+        """Leaf entries ``priority << _NID_BITS | nid`` (ints compare faster than tuples;
+        same order as ``(priority, nid)``), with stale ones skipped when popped."""
 
-    def _node(self, key: U64, parent: Node | None) -> Node:
+    def _node(self, key: Keys, parent: Node | None) -> Node:
         self._next_id += 1
+        assert self._next_id <= _NID_MASK, "node ids overflow the eviction heap's encoding"
         return Node(key, parent, self._next_id, self._clock)
 
     def _tick(self) -> int:
@@ -106,17 +168,23 @@ class RadixTree:
 
     # -- matching -----------------------------------------------------------------------
 
-    def walk(self, keys: U64) -> Walk:
-        """Longest prefix of ``keys`` in the tree. Does not mutate."""
+    def walk(self, keys: U64 | Keys, limit: int | None = None) -> Walk:
+        """Longest prefix of ``keys`` (of its first ``limit`` keys) in the tree. Does not
+        mutate."""
+        keys = as_keys(keys)
         node = self.root
         pos = 0
-        n = keys.shape[0]
+        n = len(keys) if limit is None else min(limit, len(keys))
         steps: list[tuple[Node, int]] = []
         while pos < n:
-            child = node.children.get(int(keys[pos]))
+            child = node.children.get(keys[pos])
             if child is None:
                 break
-            k = common_prefix_len(child.key, keys[pos:])
+            k = child.size
+            end = pos + k
+            # Chained keys: equal first and last keys mean the whole run matches.
+            if end > n or keys[end - 1] != child.key[-1]:
+                k = _lcp(keys, pos, n, child.key)
             steps.append((child, k))
             pos += k
             if k < child.size:
@@ -154,56 +222,73 @@ class RadixTree:
         upper = self._node(child.key[:k], parent)
         upper.lock_ref = child.lock_ref
         upper.hit_count = child.hit_count
-        parent.children[int(child.key[0])] = upper
+        parent.children[child.key[0]] = upper
         child.key = child.key[k:]
         child.size -= k
         child.parent = upper
-        upper.children[int(child.key[0])] = child
+        upper.children[child.key[0]] = child
         return upper
 
     # -- insertion ----------------------------------------------------------------------
 
-    def insert(self, node: Node, keys: U64) -> tuple[Node, int]:
+    def insert(
+        self, node: Node, keys: U64 | Keys, start: int = 0, lock_from: Node | None = None
+    ) -> tuple[Node, int]:
         """Insert ``keys`` below ``node`` (``keys[0]`` is the unit after ``node``'s run).
 
         Mutates: splits where the keys leave a stored run, adds one leaf for the rest
         (a copy of the keys), refreshes access times and, for LFU, hit counts along the
         existing path. Returns the node ending at the last key and how many of ``keys``
-        were already present.
+        were already present. ``start``: insert ``keys[start:]`` instead. ``lock_from``
+        (``node`` or an ancestor, already locked): also lock the nodes from the end up to
+        it, as ``inc_lock(end, lock_from)``.
         """
+        keys = as_keys(keys)
         now = self._tick()
         node.last_access = now
-        pos = 0
-        n = keys.shape[0]
+        pos = start
+        n = len(keys)
         lfu = self.policy is EvictionPolicy.LFU
+        leaves = self._leaves
         while pos < n:
-            child = node.children.get(int(keys[pos]))
+            child = node.children.get(keys[pos])
             if child is None:
                 break
-            k = common_prefix_len(child.key, keys[pos:])
-            if k < child.size:
-                child = self._split(child, k)
+            k = child.size
+            end = pos + k
+            if end > n or keys[end - 1] != child.key[-1]:  # else the whole run matches
+                k = _lcp(keys, pos, n, child.key)
+                if k < child.size:
+                    child = self._split(child, k)
             child.last_access = now
             if lfu:
                 child.hit_count += 1
-            self._refresh(child)
+            if child.children:  # _refresh, inlined: an inner node is never an indexed leaf
+                leaves.pop(child.nid, None)
+            else:
+                self._refresh(child)
             pos += k
             node = child
-        present = pos
+        present = pos - start
         if pos < n:
-            leaf = self._node(keys[pos:].copy(), node)
-            node.children[int(keys[pos])] = leaf
+            leaf = self._node(keys[pos:], node)
+            node.children[keys[pos]] = leaf
             self.evictable_units += n - pos
-            self._refresh(node)
-            self._refresh(leaf)
+            leaves.pop(node.nid, None)  # _refresh(node): it now has a child
             node = leaf
+            if lock_from is None:
+                self._refresh(leaf)
+        if lock_from is not None:
+            self.inc_lock(node, lock_from)  # the new leaf is locked: never indexed
         return node, present
 
     # -- locks ----------------------------------------------------------------------------
 
-    def inc_lock(self, node: Node) -> None:
-        """Mutates: one more lock on ``node`` and its ancestors."""
-        while node is not self.root:
+    def inc_lock(self, node: Node, stop: Node | None = None) -> None:
+        """Mutates: one more lock on ``node`` and its ancestors, up to (not including)
+        ``stop`` (default: the root). ``stop`` must be ``node`` or one of its ancestors."""
+        end = self.root if stop is None else stop
+        while node is not end:
             if node.lock_ref == 0:
                 n = node.size
                 self.evictable_units -= n
@@ -231,26 +316,14 @@ class RadixTree:
 
     # -- eviction -------------------------------------------------------------------------
 
-    def _priority(self, node: Node) -> int:
-        """Eviction order key, lowest first (LFU packs hit count above access time)."""
-        p = self.policy
-        if p is EvictionPolicy.LRU:
-            return node.last_access
-        if p is EvictionPolicy.LFU:
-            return (node.hit_count << 48) + node.last_access
-        if p is EvictionPolicy.FIFO:
-            return node.created
-        if p is EvictionPolicy.MRU:
-            return -node.last_access
-        return -node.created
-
     def _refresh(self, node: Node) -> None:
         """Keep the evictable-leaf index right for ``node`` after a change."""
         if node.lock_ref == 0 and not node.children and node is not self.root:
             self._leaves[node.nid] = node
-            heapq.heappush(self._heap, (self._priority(node), node.nid, node))
+            prio = node.last_access if self._lru else self._priority(node)
+            heapq.heappush(self._heap, prio << _NID_BITS | node.nid)
             if len(self._heap) > 4 * len(self._leaves) + 64:
-                self._heap = [(self._priority(x), x.nid, x) for x in self._leaves.values()]
+                self._heap = [self._priority(x) << _NID_BITS | x.nid for x in self._leaves.values()]
                 heapq.heapify(self._heap)
         else:
             self._leaves.pop(node.nid, None)
@@ -259,23 +332,31 @@ class RadixTree:
         """Mutates: remove unlocked leaves in policy order (whole runs, parents that become
         leaves join the queue) until at least ``num_units`` are gone or none is left.
         Returns (units evicted, nodes evicted)."""
-        heap, leaves = self._heap, self._leaves
+        leaves = self._leaves
+        priority = self._priority
+        lru = self._lru
         evicted = 0
         nodes = 0
-        while evicted < num_units and heap:
-            prio, nid, node = heapq.heappop(heap)
-            if leaves.get(nid) is not node or prio != self._priority(node):
+        heappop = heapq.heappop
+        while evicted < num_units and self._heap:  # _refresh may rebuild the heap
+            entry = heappop(self._heap)
+            node = leaves.get(entry & _NID_MASK)
+            if node is None or entry >> _NID_BITS != (node.last_access if lru else priority(node)):
                 continue  # stale entry
+            nid = node.nid
             del leaves[nid]
             parent = node.parent
             assert parent is not None
-            del parent.children[int(node.key[0])]
+            del parent.children[node.key[0]]
             node.parent = None
             n = node.size
             self.evictable_units -= n
             evicted += n
             nodes += 1
-            self._refresh(parent)
+            if parent.children:  # _refresh(parent), inlined for an inner node
+                leaves.pop(parent.nid, None)
+            else:
+                self._refresh(parent)
         return evicted, nodes
 
     # -- checks ---------------------------------------------------------------------------
@@ -293,7 +374,7 @@ class RadixTree:
                 check(
                     child.size == len(child.key) > 0, f"node {child.nid}: empty run or size drift"
                 )
-                check(int(child.key[0]) == first, f"node {child.nid}: wrong child key")
+                check(child.key[0] == first, f"node {child.nid}: wrong child key")
                 check(
                     child.lock_ref <= node.lock_ref or node is self.root,
                     "child locked more than parent",

@@ -5,9 +5,11 @@ memory and shape what gets evicted. Events, in time order (a completion before a
 at the same instant, so freed memory is seen)::
 
     arrival    -> the request joins the waiting queue
-    completion -> model.unpin(final sequence)
-    after each -> one scheduling pass: in the model's schedule_order, pin waiting requests
-                  until one gets NO_ROOM (head-of-line blocking, as all three engines do)
+    completion -> every request that finishes at that instant is one engine step's release:
+                  model.unpin(final sequence) for each, in the model's release_order
+    after each -> one scheduling pass: in the model's schedule_order (told how many the
+                  step released: llama.cpp restarts deferred requests newest first), pin
+                  waiting requests until one gets NO_ROOM (head-of-line blocking)
 
 A request that can never fit (TOO_LARGE) is rejected. When nothing runs and the head still
 gets NO_ROOM, no completion can ever make room, so it is rejected too. Sequential traces
@@ -57,7 +59,7 @@ class ReplayOutcome:
 
 
 class _Seqs:
-    """Prompt/final pairs in arrival order, built a chunk at a time on demand."""
+    """Prompt/final pairs in arrival order, built a chunk at a time as arrivals reach them."""
 
     def __init__(
         self,
@@ -70,24 +72,15 @@ class _Seqs:
         self._order = order
         self._builder = builder
         self._outputs = outputs
-        self._built: dict[int, SeqPair] = {}
-        self._next = 0
 
-    def get(self, pos: int) -> tuple[int, SeqPair]:
-        """The request index at arrival position ``pos`` and its pair (built at most once,
-        forgotten once taken)."""
-        while pos >= self._next:
-            idx = list(self._order[self._next : self._next + CHUNK_REQUESTS])
-            chunk = [self._requests[i] for i in idx]
-            for i, pair in zip(
-                idx,
-                self._builder.build(chunk, idx, [self._outputs[i] for i in idx]),
-                strict=True,
-            ):
-                self._built[i] = pair
-            self._next += len(idx)
-        rid = self._order[pos]
-        return rid, self._built.pop(rid)
+    def chunks(self) -> Iterator[tuple[int, SeqPair]]:
+        """(request index, pair) in arrival order; each chunk is built when first reached
+        and dropped once passed."""
+        order, requests, outputs = self._order, self._requests, self._outputs
+        for lo in range(0, len(order), CHUNK_REQUESTS):
+            idx = list(order[lo : lo + CHUNK_REQUESTS])
+            pairs = self._builder.build([requests[i] for i in idx], idx, [outputs[i] for i in idx])
+            yield from zip(idx, pairs, strict=True)
 
 
 class _WaitingView(Sequence[CacheSeq]):
@@ -130,39 +123,25 @@ def replay(
         cache_outputs=cache_outputs,
         keep_token_ids=model.needs_token_ids and block is None,
     )
-    prompt_tokens = np.zeros(n, dtype=np.int64)
-    cached = np.zeros(n, dtype=np.int64)
-    admitted = np.zeros(n, dtype=bool)
-    wait = np.full(n, np.nan)
     arrival = schedule.arrival_s
     order: Sequence[int] = (
         range(n) if arrival is None else np.argsort(arrival, kind="stable").tolist()
     )
-    seqs = _Seqs(requests, order, builder, schedule.output_tokens)
-    peak_running = 0
+    seqs = _Seqs(requests, order, builder, schedule.output_tokens).chunks()
+    out = _PerRequest(n)
     if arrival is None:
-        for pos in range(n):
-            rid, pair = seqs.get(pos)
-            prompt_tokens[rid] = pair.prompt.num_tokens
-            adm = model.pin(rid, pair.prompt, pair.final.num_tokens)
-            if adm.status is AdmitStatus.ADMITTED:
-                admitted[rid] = True
-                cached[rid] = adm.cached_tokens
-                peak_running = 1
-                model.unpin(rid, pair.final)
+        peak_running = _sequential(model, seqs, out)
     else:
-        peak_running = _timed(
-            model, seqs, arrival, order, schedule, timing, prompt_tokens, cached, admitted, wait
-        )
+        peak_running = _timed(model, seqs, arrival.tolist(), order, schedule, timing, out)
     stats = model.stats()
     return ReplayOutcome(
         engine=model.name,
         capacity_tokens=model.capacity_tokens,
         unit_tokens=model.unit_tokens,
-        prompt_tokens=prompt_tokens,
-        cached_tokens=cached,
-        admitted=admitted,
-        wait_s=wait,
+        prompt_tokens=np.array(out.prompt_tokens, dtype=np.int64),
+        cached_tokens=np.array(out.cached, dtype=np.int64),
+        admitted=np.array(out.admitted, dtype=bool),
+        wait_s=np.array(out.wait_s, dtype=np.float64),
         peak_pinned_tokens=stats.peak_pinned_tokens,
         peak_running=peak_running,
         final_usage=model.usage(),
@@ -171,61 +150,115 @@ def replay(
     )
 
 
+class _PerRequest:
+    """The per-request results as plain lists (cheaper to fill than numpy arrays)."""
+
+    def __init__(self, n: int) -> None:
+        self.prompt_tokens = [0] * n
+        self.cached = [0] * n
+        self.admitted = [False] * n
+        self.wait_s = [math.nan] * n
+
+
+def _sequential(model: PrefixCache, seqs: Iterator[tuple[int, SeqPair]], out: _PerRequest) -> int:
+    """One request at a time; returns the peak running count."""
+    peak_running = 0
+    for rid, (prompt, final) in seqs:
+        out.prompt_tokens[rid] = prompt.num_tokens
+        adm = model.pin(rid, prompt, final.num_tokens)
+        if adm.status is AdmitStatus.ADMITTED:
+            out.admitted[rid] = True
+            out.cached[rid] = adm.cached_tokens
+            peak_running = 1
+            model.unpin(rid, final)
+    return peak_running
+
+
 def _timed(
     model: PrefixCache,
-    seqs: _Seqs,
-    arrival: npt.NDArray[np.float64],
+    seqs: Iterator[tuple[int, SeqPair]],
+    arrivals: list[float],
     order: Sequence[int],
     schedule: Schedule,
     timing: TimingOptions,
-    prompt_tokens: npt.NDArray[np.int64],
-    cached: npt.NDArray[np.int64],
-    admitted: npt.NDArray[np.bool_],
-    wait: npt.NDArray[np.float64],
+    out: _PerRequest,
 ) -> int:
-    """The event loop; fills the per-request arrays, returns the peak running count."""
+    """The event loop; fills ``out``, returns the peak running count."""
     n = len(order)
-    arrivals: list[float] = arrival.tolist()
     run_s: list[float] = schedule.trace_run_s.tolist()
     outputs = schedule.output_tokens
+    prompt_tokens, cached, admitted, wait = out.prompt_tokens, out.cached, out.admitted, out.wait_s
     waiting: deque[int] = deque()
     pairs: dict[int, SeqPair] = {}
     running: dict[int, CacheSeq] = {}
     view = _WaitingView(waiting, pairs)
     heap: list[tuple[float, int]] = []
+    heappush, heappop = heapq.heappush, heapq.heappop
     peak_running = 0
     pos = 0
     inf = math.inf
-    pin, unpin = model.pin, model.unpin
+    isnan = math.isnan
+    pin, unpin, schedule_order = model.pin, model.unpin, model.schedule_order
     ADMITTED, TOO_LARGE = AdmitStatus.ADMITTED, AdmitStatus.TOO_LARGE
+    # The last pass stopped at a request that did not fit and nothing finished since: with
+    # FCFS the same request is tried first again and the model has not changed, so an
+    # arrival cannot start anything and needs no pass.
+    blocked = False
 
     def start(rid: int, pair: SeqPair, hit: int, now: float) -> None:
         cached[rid] = hit
         admitted[rid] = True
         wait[rid] = now - arrivals[rid]
         run = run_s[rid]
-        if math.isnan(run):  # no trace time: use the service model
+        if isnan(run):  # no trace time: use the service model
             run = service_s(pair.prompt.num_tokens - hit, outputs[rid], timing)
-        heapq.heappush(heap, (now + run, rid))
+        heappush(heap, (now + run, rid))
         running[rid] = pair.final
 
+    next_arrival = arrivals[order[0]] if n else inf
     while pos < n or heap:
-        next_arrival = arrivals[order[pos]] if pos < n else inf
+        num_released = 0
         if heap and heap[0][0] <= next_arrival:
-            now, rid = heapq.heappop(heap)
-            unpin(rid, running.pop(rid))
+            now, rid = heappop(heap)
+            if heap and heap[0][0] == now:  # several finish in one step: released together
+                step = [rid]
+                while heap and heap[0][0] == now:
+                    step.append(heappop(heap)[1])
+                for rid in model.release_order(step):
+                    unpin(rid, running.pop(rid))
+                num_released = len(step)
+            else:
+                unpin(rid, running.pop(rid))
+                num_released = 1
+            blocked = False
+            if not waiting:
+                continue
         else:
             now = next_arrival
-            rid, pair = seqs.get(pos)
+            rid, pair = next(seqs)
             pos += 1
+            next_arrival = arrivals[order[pos]] if pos < n else inf
             prompt_tokens[rid] = pair.prompt.num_tokens
-            pairs[rid] = pair
+            if not waiting:  # the queue is empty: the newcomer is the only one to try
+                adm = pin(rid, pair.prompt, pair.final.num_tokens)
+                if adm.status is ADMITTED:
+                    start(rid, pair, adm.cached_tokens, now)
+                    peak_running = max(peak_running, len(running))
+                elif adm.status is not TOO_LARGE and heap:
+                    waiting.append(rid)  # else nothing runs to make room: rejected
+                    pairs[rid] = pair
+                    blocked = True
+                continue
             waiting.append(rid)
+            pairs[rid] = pair
         while waiting:
-            order_now = model.schedule_order(view)
-            blocked = False
-            if isinstance(order_now, range):
-                # FCFS: start the head until one does not fit.
+            order_now = schedule_order(view, num_released=num_released)
+            fcfs = isinstance(order_now, range)
+            if fcfs and blocked:
+                break
+            stopped = False
+            if fcfs:
+                # Start the head until one does not fit.
                 while waiting:
                     rid = waiting[0]
                     pair = pairs[rid]
@@ -233,7 +266,7 @@ def _timed(
                     if adm.status is ADMITTED:
                         start(rid, pair, adm.cached_tokens, now)
                     elif adm.status is not TOO_LARGE:
-                        blocked = True
+                        stopped = True
                         break
                     waiting.popleft()
                     del pairs[rid]
@@ -246,14 +279,18 @@ def _timed(
                     if adm.status is ADMITTED:
                         start(rid, pair, adm.cached_tokens, now)
                     elif adm.status is not TOO_LARGE:
-                        blocked = True
+                        stopped = True
                         break
                     done.append(i)
                 _remove(waiting, pairs, done)
+            # Another order may put a newcomer first, so only FCFS can skip passes.
+            blocked = stopped and fcfs
             peak_running = max(peak_running, len(running))
-            if blocked and not heap and waiting:
+            if stopped and not heap and waiting:
                 # Nothing runs, so nothing will ever free room for the head: reject it.
-                _remove(waiting, pairs, [model.schedule_order(view)[0]])
+                _remove(waiting, pairs, [schedule_order(view)[0]])
+                blocked = False
+                num_released = 0
                 continue
             break
     return peak_running

@@ -19,7 +19,7 @@ and are never cached (used to compare with the ideal, which counts prompts only)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -33,8 +33,9 @@ _PSEUDO_TOKEN = np.uint32(0x8000_0000)  # above any real vocabulary
 _PSEUDO_ID = np.uint64(1 << 63)
 
 
-@dataclass(frozen=True, slots=True)
-class SeqPair:
+class SeqPair(NamedTuple):
+    """A request's prompt and final sequences (a tuple: cheapest to build, one per request)."""
+
     prompt: CacheSeq
     final: CacheSeq
 
@@ -180,16 +181,22 @@ class SeqBuilder:
             )
             ids[prompt_pos] = np.concatenate([p.block_hashes for p in blocks])
         keys = rechain_ids(ids, offsets[:-1][counts > 0], self.seed)
-        bounds = offsets.tolist()
+        starts = offsets[:-1].tolist()
+        ends = offsets[1:].tolist()
         units = prompt_units.tolist()
         finals = (-(-np.maximum(outs - 1, 0) // bs) + prompt_units).tolist()
-        cache_outputs = self.cache_outputs
+        num_tokens = [p.num_tokens for p in blocks]
+        totals = (np.asarray(num_tokens, np.int64) + np.maximum(outs - 1, 0)).tolist()
         pairs = []
-        for i, p in enumerate(blocks):
-            all_keys = keys[bounds[i] : bounds[i + 1]]
-            n_units = units[i]
-            prompt = CacheSeq(all_keys[:n_units], p.num_tokens, n_units, bs)
-            total = final_tokens(p.num_tokens, output_tokens[i])
-            final_keys = all_keys if cache_outputs else prompt.keys
-            pairs.append(SeqPair(prompt, CacheSeq(final_keys, total, finals[i], bs)))
+        for a, b, n_units, n_tok, total, n_final in zip(
+            starts, ends, units, num_tokens, totals, finals, strict=True
+        ):
+            prompt_keys = keys[a : a + n_units]
+            final_keys = keys[a:b] if self.cache_outputs else prompt_keys
+            pairs.append(
+                SeqPair(
+                    CacheSeq(prompt_keys, n_tok, n_units, bs),
+                    CacheSeq(final_keys, total, n_final, bs),
+                )
+            )
         return pairs

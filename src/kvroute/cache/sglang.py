@@ -38,6 +38,7 @@ from kvroute.cache.base import (
     TOO_LARGE,
     Admission,
     AdmitStatus,
+    Admitted,
     CacheGeometry,
     CacheSeq,
     CacheStats,
@@ -45,7 +46,7 @@ from kvroute.cache.base import (
     check,
     units_for,
 )
-from kvroute.cache.radix import EvictionPolicy, Node, RadixTree, Walk
+from kvroute.cache.radix import EvictionPolicy, Keys, Node, RadixTree, Walk
 
 LPM_MAX_WAITING = 128
 IN_BATCH_PREFIX_TOKENS = 32
@@ -98,6 +99,7 @@ class SglangPrefixCache:
         self._evicted_nodes = 0
         self._peak_pinned = 0
         self._next_insert_id = -1
+        self._admitted = Admitted()
 
     @property
     def unit_tokens(self) -> int:
@@ -115,17 +117,18 @@ class SglangPrefixCache:
         cap = _UNBOUNDED if self._capacity is None else self._capacity
         return cap - self._tree.total_units - self._owned
 
-    def _hit(self, seq: CacheSeq) -> tuple[Walk, int]:
-        """The walk and the hit in tokens: page aligned, at most ``num_tokens - 1``."""
+    def _hit(self, seq: CacheSeq, keys: Keys) -> tuple[Walk, int]:
+        """The walk and the hit in tokens: page aligned, at most ``num_tokens - 1``.
+        ``keys``: ``seq.keys`` as a list."""
         cap = (seq.num_tokens - 1) // self._align * self._align
         if cap <= 0:
             return Walk([], 0), 0
-        walk = self._tree.walk(seq.keys[: units_for(cap, self._unit)])
+        walk = self._tree.walk(keys, units_for(cap, self._unit))
         hit = min(seq.tokens_in(walk.matched), cap)
         return walk, hit // self._align * self._align
 
     def match(self, seq: CacheSeq) -> int:
-        return self._hit(seq)[1]
+        return self._hit(seq, seq.keys.tolist())[1]
 
     def pin(self, request_id: int, seq: CacheSeq, final_tokens: int) -> Admission:
         if request_id in self._running:
@@ -137,7 +140,8 @@ class SglangPrefixCache:
         if limit is not None and len(self._running) >= limit:
             return NO_ROOM
         tree = self._tree
-        walk, hit = self._hit(seq)
+        keys = seq.keys.tolist()
+        walk, hit = self._hit(seq, keys)
         lock_units = hit // self._unit
         need = total - lock_units
         free = self._free_units()
@@ -160,14 +164,14 @@ class SglangPrefixCache:
         self._owned += need
         # cache_unfinished_req: the prompt's keyed units enter the tree; copies of units
         # that were already there are freed.
-        last, _present = tree.insert(node, seq.keys[lock_units:])
+        # The lock moves from ``node`` down to ``last``: ``node``'s path is locked already,
+        # so inc_lock(last) + dec_lock(node) only changes the nodes below ``node``.
+        last, _present = tree.insert(node, keys, lock_units, lock_from=node)
         self._owned -= seq.num_keys - lock_units
-        tree.inc_lock(last)
-        tree.dec_lock(node)
         self._running[request_id] = _Running(last, seq.num_keys, total - seq.num_keys)
         pinned = tree.protected_units + self._owned
         self._peak_pinned = max(self._peak_pinned, pinned)
-        return Admission(AdmitStatus.ADMITTED, hit)
+        return self._admitted[hit]
 
     def _evict_units(self, units: int) -> int:
         evicted, nodes = self._tree.evict(units)
@@ -181,7 +185,7 @@ class SglangPrefixCache:
         run = self._running.pop(request_id)
         tree = self._tree
         # cache_finished_req: prompt + output (what has KV) enters the tree, page aligned.
-        _last, present = tree.insert(run.node, final.keys[run.depth :])
+        _last, present = tree.insert(run.node, final.keys[run.depth :].tolist())
         added = final.num_keys - run.depth - present
         if added > run.owned:
             raise ValueError(f"request {request_id}: final sequence outgrew its reservation")
@@ -200,7 +204,9 @@ class SglangPrefixCache:
     def evict(self, num_tokens: int) -> int:
         return self._evict_units(units_for(num_tokens, self._unit)) * self._unit
 
-    def schedule_order(self, waiting: Sequence[CacheSeq]) -> Sequence[int]:
+    def schedule_order(
+        self, waiting: Sequence[CacheSeq], *, num_released: int = 0
+    ) -> Sequence[int]:
         n = len(waiting)
         if self.config.schedule_policy is SchedulePolicy.FCFS or n > LPM_MAX_WAITING:
             return range(n)
@@ -221,6 +227,9 @@ class SglangPrefixCache:
             else:
                 seen.update(keys)
         return sorted(range(n), key=lambda i: (i in late, -hits[i] if i not in late else 0))
+
+    def release_order(self, request_ids: Sequence[int]) -> Sequence[int]:
+        return request_ids  # finished requests leave the running batch together, in order
 
     def usage(self) -> CacheUsage:
         u = self._unit

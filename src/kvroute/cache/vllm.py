@@ -25,24 +25,31 @@ sliding-window and hybrid models are not modelled.
 
 Layout of the free queue (head evicted first)::
 
-    [ fresh: never used, a count ][ _queue: freed blocks, oldest first ............ tail ]
+    [ fresh: never used, a count ][ _queue_*: freed blocks, oldest first ......... tail ]
 
-``_state[block]`` is the block's reference count while pinned (> 0) and ``-stamp`` while
-it waits in the free queue (< 0). A queue entry ``(block, tag)`` is live only while
-``_state[block] == tag``: a hit takes a block out of the queue by changing its state, so
-touching, freeing and re-freeing are dictionary updates in bulk, not list surgery.
+``_state[block]`` is the block's reference count while pinned (> 0) and a unique negative
+tag while it waits in the free queue (< 0); it is never 0. A queue entry (``_queue_blocks[i]``,
+``_queue_tags[i]``) is live only while ``_state[block] == tag``: a hit takes a block out of
+the queue by changing its state, so touching, freeing and re-freeing are dictionary updates,
+not list surgery. Two orders along a sequence let binary searches replace per-block passes:
+cached blocks form a prefix, and reference counts never grow. Per-block work is left to
+plain loops (one dict store each), which on CPython 3.11 beat ``dict.update(zip(...))``.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
+from operator import eq
 
 from kvroute.cache.base import (
     NO_ROOM,
     TOO_LARGE,
     Admission,
     AdmitStatus,
+    Admitted,
     CacheGeometry,
     CacheSeq,
     CacheStats,
@@ -51,6 +58,7 @@ from kvroute.cache.base import (
 )
 
 _UNBOUNDED = 1 << 62
+_NEGATIVE = (0).__gt__
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,14 +87,17 @@ class VllmPrefixCache:
         else:
             self._num_blocks = max(geometry.capacity_tokens // self._unit - 1, 0)
             self._fresh = self._num_blocks
-        self._queue: list[tuple[int, int]] = []
+        self._queue_blocks: list[int] = []
+        self._queue_tags: list[int] = []
         self._head = 0
         """Entries before ``_head`` were popped; compacted now and then."""
         self._state: dict[int, int] = {}
-        self._held: dict[int, tuple[list[int], int]] = {}
-        """Request id -> (its blocks in order, how many hold prompt hashes)."""
+        self._held: dict[int, tuple[list[int], int, int]] = {}
+        """Request id -> (its blocks in order, how many hold prompt hashes, how many no hash)."""
         self._next_empty = -1
         self._stamp = 0
+        self._closed = True
+        """Whether cached blocks are known to be prefix-closed along every sequence."""
         self._num_queued = 0
         self._num_pinned = 0
         self._num_cached_free = 0
@@ -94,6 +105,7 @@ class VllmPrefixCache:
         self._evicted_blocks = 0
         self._num_evictions = 0
         self._next_insert_id = -1
+        self._admitted = Admitted()
 
     @property
     def unit_tokens(self) -> int:
@@ -121,49 +133,70 @@ class VllmPrefixCache:
         return m * self._unit
 
     def pin(self, request_id: int, seq: CacheSeq, final_tokens: int) -> Admission:
-        if request_id in self._held:
+        held = self._held
+        if request_id in held:
             raise ValueError(f"request {request_id} is already running")
         total = seq.units_for_total(final_tokens)
         if self._num_blocks is not None and total > self._num_blocks:
             return TOO_LARGE
-        if len(self._held) >= self.config.max_num_seqs:
+        if len(held) >= self.config.max_num_seqs:
             return NO_ROOM
         state = self._state
         keys: list[int] = seq.keys.tolist()
-        limit = max(0, min(len(keys), (seq.num_tokens - 1) // self._unit))
-        m = 0
-        for h in keys[:limit]:
-            if h not in state:
-                break
-            m += 1
+        unit = self._unit
+        limit = max(0, min(len(keys), (seq.num_tokens - 1) // unit))
+        # Cached blocks are prefix-closed along a sequence (a block is freed no earlier than
+        # its children, so evicted no earlier), so a binary search finds where the hit ends.
+        # Only a generated block cached behind an uncached twin can break that; from then
+        # on the hit is confirmed block by block (None, a miss, ends it as a scan would).
+        m = bisect_left(range(limit), True, key=lambda i: keys[i] not in state)
+        if not self._closed:
+            found = list(map(state.get, keys[:m]))
+            if None in found:
+                m = found.index(None)
         hits = keys[:m]
-        counts = [state[h] for h in hits]
-        queued = len([c for c in counts if c < 0])
+        # Reference counts never grow along a sequence (whoever pins a block pins its
+        # prefix), so the pinned hits (> 0) come first and the queued ones (< 0) after.
+        pinned = bisect_left(hits, True, key=lambda h: state[h] < 0)
+        queued = m - pinned
         new = total - m
         if new > self._fresh + self._num_queued - queued:
             return NO_ROOM
-        if m:  # touch: hits leave the free queue, reference counts go up
-            state.update(zip(hits, [c + 1 if c > 0 else 1 for c in counts], strict=False))
+        if pinned:  # touch: reference counts go up; queued hits leave the free queue
+            for h in hits[:pinned]:
+                state[h] += 1
+        if queued:
+            for h in hits[pinned:]:
+                state[h] = 1
             self._num_queued -= queued
             self._num_cached_free -= queued
             self._num_pinned += queued
-        self._allocate(new)
+        if new:
+            self._allocate(new)
         # Cached blocks are prefix-closed (a block is freed no earlier than its children),
         # so only the block after a capped hit can already be cached: vLLM recomputes it
         # into a duplicate block, modelled as uncached.
-        own = keys[m : min(len(keys), seq.num_tokens // self._unit)]
-        if m == limit and own and own[0] in state:
+        own = keys[m : min(len(keys), seq.num_tokens // unit)]
+        dup = m == limit and bool(own) and own[0] in state
+        if dup:
             own = [self._new_empty()]
         n_empty = new - len(own)
-        first = self._next_empty
-        empties = range(first, first - n_empty, -1)
-        self._next_empty = first - n_empty
-        state.update(dict.fromkeys(own, 1))
-        state.update(dict.fromkeys(empties, 1))
+        n_neg = n_empty + dup  # blocks without a hash
+        blocks = hits + own
+        if own:
+            for h in own:
+                state[h] = 1
+        if n_empty:
+            first = self._next_empty
+            empties = range(first, first - n_empty, -1)
+            self._next_empty = first - n_empty
+            for b in empties:
+                state[b] = 1
+            blocks += empties
         self._num_pinned += new
         self._peak_pinned = max(self._peak_pinned, self._num_pinned)
-        self._held[request_id] = (hits + own + list(empties), m + len(own))
-        return Admission(AdmitStatus.ADMITTED, m * self._unit)
+        held[request_id] = (blocks, m + len(own), n_neg)
+        return self._admitted[m * unit]
 
     def _new_empty(self) -> int:
         b = self._next_empty
@@ -177,31 +210,33 @@ class VllmPrefixCache:
         n -= take
         if not n:
             return
-        queue, get = self._queue, self._state.get
+        blocks, tags, state = self._queue_blocks, self._queue_tags, self._state
         self._num_queued -= n
-        head = self._head
-        victims: list[int] = []
+        check(self._num_queued >= 0, "the free queue ran out of live blocks")
+        # Pop live entries; stale ones (blocks touched or re-freed since) are skipped.
+        # A plain loop: at ~20 blocks a request it beats batched C passes over a guess.
+        head, get = self._head, state.get
+        evicted = 0
         while n:
-            chunk = queue[head : head + n]
-            check(bool(chunk), "the free queue ran out of live blocks")
-            head += len(chunk)
-            live = [b for b, t in chunk if get(b) == t]
-            victims += live
-            n -= len(live)
+            b = blocks[head]
+            if get(b) == tags[head]:
+                del state[b]
+                n -= 1
+                if b >= 0:
+                    evicted += 1
+            head += 1
         self._head = head
-        for b in victims:
-            del self._state[b]
-        evicted = len(victims) - len([b for b in victims if b < 0])
         if evicted:
             self._num_cached_free -= evicted
             self._evicted_blocks += evicted
             self._num_evictions += 1
-        if head > 4096 and 2 * head > len(queue):
-            del queue[:head]
+        if head > 4096 and 2 * head > len(blocks):
+            del blocks[:head]
+            del tags[:head]
             self._head = 0
 
     def unpin(self, request_id: int, final: CacheSeq) -> None:
-        blocks, start = self._held.pop(request_id)
+        blocks, start, n_neg = self._held.pop(request_id)
         state = self._state
         n_full = min(final.num_keys, final.num_tokens // self._unit, len(blocks))
         if n_full > start:
@@ -213,26 +248,40 @@ class VllmPrefixCache:
                     del state[b]
                     state[h] = 1
                     blocks[i] = h
-        rev = blocks[::-1]  # a sequence's tail goes to the queue first: evicted first
-        counts = [state[b] - 1 for b in rev]
-        if 0 in counts:
-            freed = [b for b, c in zip(rev, counts, strict=False) if not c]
-            if len(freed) < len(rev):
-                state.update([(b, c) for b, c in zip(rev, counts, strict=False) if c])
-            n = len(freed)
-            tags = range(-self._stamp - 1, -self._stamp - 1 - n, -1)
+                    n_neg -= 1
+                else:
+                    self._closed = False
+        # Reference counts never grow along a sequence, so the blocks that other requests
+        # still hold come first; the rest drop to 0 and are freed.
+        kept = bisect_left(blocks, True, key=lambda b: state[b] == 1)
+        if kept:
+            for b in blocks[:kept]:
+                state[b] -= 1
+        freed = blocks[kept:]
+        n = len(freed)
+        if n:
+            freed.reverse()  # a sequence's tail goes to the queue first: evicted first
+            base = -self._stamp - 1
             self._stamp += n
-            state.update(zip(freed, tags, strict=False))
-            self._queue.extend(zip(freed, tags, strict=False))
+            tags = range(base, base - n, -1)
+            for b, t in zip(freed, tags, strict=True):
+                state[b] = t
+            self._queue_blocks += freed
+            self._queue_tags += tags
             self._num_queued += n
             self._num_pinned -= n
-            self._num_cached_free += n - len([b for b in freed if b < 0])
-            if len(self._queue) - self._head > 2 * self._num_queued + 4096:
-                # Drop entries of blocks that were touched or re-freed since.
-                self._queue = [(b, t) for b, t in self._queue[self._head :] if state.get(b) == t]
-                self._head = 0
-        else:
-            state.update(zip(rev, counts, strict=False))
+            self._num_cached_free += n - n_neg
+            if len(self._queue_blocks) - self._head > 4 * self._num_queued + (1 << 18):
+                self._compact()
+
+    def _compact(self) -> None:
+        """Drop queue entries of blocks that were touched or re-freed since they were queued."""
+        head, get = self._head, self._state.get
+        blocks, tags = self._queue_blocks[head:], self._queue_tags[head:]
+        live = list(map(eq, map(get, blocks), tags))
+        self._queue_blocks = list(compress(blocks, live))
+        self._queue_tags = list(compress(tags, live))
+        self._head = 0
 
     def insert(self, seq: CacheSeq) -> int:
         rid = self._next_insert_id
@@ -246,10 +295,10 @@ class VllmPrefixCache:
     def evict(self, num_tokens: int) -> int:
         """Pop the free queue head until enough cached blocks are gone; popped blocks
         become empty blocks (counted with the never-used ones)."""
-        queue, state = self._queue, self._state
+        blocks, tags, state = self._queue_blocks, self._queue_tags, self._state
         evicted = 0
-        while self._head < len(queue) and evicted * self._unit < num_tokens:
-            b, tag = queue[self._head]
+        while self._head < len(blocks) and evicted * self._unit < num_tokens:
+            b, tag = blocks[self._head], tags[self._head]
             self._head += 1
             if state.get(b) != tag:
                 continue
@@ -264,8 +313,13 @@ class VllmPrefixCache:
             self._num_evictions += 1
         return evicted * self._unit
 
-    def schedule_order(self, waiting: Sequence[CacheSeq]) -> Sequence[int]:
+    def schedule_order(
+        self, waiting: Sequence[CacheSeq], *, num_released: int = 0
+    ) -> Sequence[int]:
         return range(len(waiting))  # FCFS
+
+    def release_order(self, request_ids: Sequence[int]) -> Sequence[int]:
+        return request_ids  # finished requests leave the running batch together, in order
 
     def usage(self) -> CacheUsage:
         u = self._unit
@@ -289,12 +343,17 @@ class VllmPrefixCache:
     def check_invariants(self) -> None:
         state = self._state
         holders: dict[int, int] = {}
-        for blocks, start in self._held.values():
+        for blocks, start, n_neg in self._held.values():
             check(len(set(blocks)) == len(blocks), "a request holds a block twice")
             check(0 <= start <= len(blocks), "hash count out of range")
+            check(n_neg == sum(1 for b in blocks if b < 0), "hashless block count drifted")
+            refs = [state.get(b, 0) for b in blocks]
+            check(refs == sorted(refs, reverse=True), "reference counts grow along a request")
             for b in blocks:
                 holders[b] = holders.get(b, 0) + 1
-        live = [b for b, t in self._queue[self._head :] if state.get(b) == t]
+        head = self._head
+        queue = zip(self._queue_blocks[head:], self._queue_tags[head:], strict=True)
+        live = [b for b, t in queue if state.get(b) == t]
         check(len(live) == len(set(live)), "a block is queued twice")
         check(len(live) == self._num_queued, "queued count drifted")
         for b, r in state.items():

@@ -150,6 +150,12 @@ def _loads(
 @click.option(
     "--ignore-eos", is_flag=True, help="Ask engines to generate max_tokens every time (ignore_eos)."
 )
+@click.option(
+    "--temperature",
+    type=click.FloatRange(min=0.0),
+    help="Sampling temperature sent with every request (0: greedy, repeatable answers); "
+    "default: each engine's own. A workload that sets one keeps it.",
+)
 @click.option("--no-stream", is_flag=True, help="Non-streaming requests (TTFT then equals E2E).")
 @click.option(
     "--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Client processes."
@@ -204,6 +210,7 @@ def bench_group(
     cancel_spec: str | None,
     slo: str | None,
     ignore_eos: bool,
+    temperature: float | None,
     no_stream: bool,
     workers: int,
     repeats: int,
@@ -248,6 +255,7 @@ def bench_group(
         max_duration_s=max_duration,
         stream=not no_stream,
         ignore_eos=ignore_eos,
+        temperature=temperature,
         workers=workers,
         slo=Slo.parse(slo) if slo else None,
         cancel=_cancel(cancel_spec),

@@ -9,9 +9,13 @@ Endpoints::
     GET  /metrics                                Prometheus text
     POST /admin/reload                           re-read the config file (admin key)
     GET  /admin/backends                         backend health, breaker, load (admin key)
+    GET  /kvroute/rollout                        canary and shadow sides compared (JSON)
+    GET  /kvroute/status                         live traffic shape (HTML; ?format=json)
 
 All state derived from the config sits in one :class:`GatewayState`, replaced whole
-on :meth:`Gateway.reload`; nothing is module-level.
+on :meth:`Gateway.reload`; nothing is module-level. The views besides completions are
+in endpoints.py; the per-request planning (session key, backend order, end-of-request
+hooks) is in route_plan.py; this class composes them.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from typing import Any
 import httpx
 
 from kvroute.errors import InputError
-from kvroute.gateway.auth import check_admin, check_model
+from kvroute.gateway import endpoints, route_plan
+from kvroute.gateway.auth import check_model
 from kvroute.gateway.backends import (
     AdapterFactory,
     Backend,
@@ -38,7 +43,7 @@ from kvroute.gateway.backends import (
     pooled_transport,
 )
 from kvroute.gateway.cache_routing import CacheRouter
-from kvroute.gateway.capture import TraceCapture, capture_event
+from kvroute.gateway.capture import TraceCapture
 from kvroute.gateway.classify import PrefixOracle, classify
 from kvroute.gateway.config import GatewayConfig, load_config
 from kvroute.gateway.errors import GatewayError
@@ -51,14 +56,17 @@ from kvroute.gateway.middleware import (
     ObserveMiddleware,
     RateLimitMiddleware,
 )
-from kvroute.gateway.policies.base import PickInput
 from kvroute.gateway.policies.registry import CACHE_AWARE
 from kvroute.gateway.prepare import Endpoint, parse_body, upstream_body
 from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.gateway.proxy import Forward, Proxy
-from kvroute.gateway.routing import Route, candidates, order_backends, select_route
+from kvroute.gateway.rollout import RolloutStats, plan_rollout, rollout_candidates
+from kvroute.gateway.routing import select_route
 from kvroute.gateway.server import HttpServer, ServerLimits
+from kvroute.gateway.shadow import ShadowMirror
 from kvroute.gateway.state import GatewayState, build_state
+from kvroute.gateway.traffic_shape import TrafficShape
+from kvroute.gateway.traffic_status import TrafficMetrics, observe_captured
 from kvroute.gateway.types import Handler, Request, Response, json_response
 from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
 
@@ -124,6 +132,11 @@ class Gateway:
             else None
         )
         self.cache_router: CacheRouter | None = None
+        # Traffic-shape settings apply at start, like capture's.
+        self.traffic = TrafficShape(config.traffic, logging.getLogger("kvroute.gateway.traffic"))
+        self.traffic_metrics = TrafficMetrics()
+        self.rollout = RolloutStats()
+        self.mirror = ShadowMirror(self.rollout, clock)
 
     @property
     def state(self) -> GatewayState:
@@ -151,6 +164,13 @@ class Gateway:
         listener = self._state.config.listener
         if self.capture is not None:
             await asyncio.to_thread(self.capture.start)
+            loop = asyncio.get_running_loop()
+            traffic, clock = self.traffic, self.clock
+
+            def on_records(records: list[dict[str, Any]]) -> None:  # on capture's thread
+                loop.call_soon_threadsafe(observe_captured, traffic, records, clock())
+
+            self.capture.on_records = on_records
         if _needs_cache_router(self._state.config):
             tokenizer = await asyncio.to_thread(self._load, self._state.config.tokenizer or None)
             self.cache_router = CacheRouter(PromptTokens(tokenizer), self.logger)
@@ -175,6 +195,7 @@ class Gateway:
                 timeout if drain_timeout_s is None else drain_timeout_s
             )
         await self.health.stop()
+        await self.mirror.aclose()
         if self.capture is not None:
             await asyncio.to_thread(self.capture.close)  # every answered request is queued
         for backend in (*self._state.backends, *self._retired):
@@ -228,20 +249,37 @@ class Gateway:
         path, method = request.path, request.method
         endpoint = _ENDPOINTS.get(path)
         if endpoint is not None:
-            _require(method, "POST")
+            endpoints.require_method(method, "POST")
             return await self._complete(request, endpoint)
         if path == "/v1/models":
-            _require(method, "GET")
-            return self._models(request)
+            endpoints.require_method(method, "GET")
+            return endpoints.models(self._state, request)
         if path == "/health":
             return json_response(200, {"status": "ok"})
         if path == "/ready":
-            return self._ready()
+            draining = self.server is not None and self.server.draining
+            return endpoints.ready(self._state, self.clock(), draining)
         if path == "/metrics":
-            body = self.metrics.exposition(lambda: self._state.backends, self.gate, self.capture)
-            return Response(200, [("content-type", "text/plain; version=0.0.4")], body)
+            return endpoints.metrics(
+                self.metrics,
+                lambda: self._state.backends,
+                self.gate,
+                self.capture,
+                self.rollout,
+                self.traffic_metrics,
+                self.traffic,
+                self.clock,
+            )
         if path.startswith("/admin/"):
-            return self._admin(request)
+            return endpoints.admin(request, lambda: self._state, self.reload_from_file, self.clock)
+        if path == "/kvroute/status":
+            # Open like /metrics: shares and counts, no text.
+            endpoints.require_method(method, "GET")
+            return endpoints.traffic_status(self.traffic, self.clock(), request.query)
+        if path == "/kvroute/rollout":
+            # Open like /metrics: counts and timings, no text.
+            endpoints.require_method(method, "GET")
+            return endpoints.rollout(self.rollout, self._state)
         raise GatewayError(
             f"no such endpoint: {method} {path}",
             status=404,
@@ -265,175 +303,58 @@ class Gateway:
         route = select_route(state.routes, body.model, label.workload)
         ctx.route, ctx.pool, ctx.policy = route.config.name, route.config.pool, route.config.policy
         model = route.config.upstream_model or body.model
-        available = candidates(route, state.backends, model, self.clock())
-        session_key = self._session_key(request, body.data)
-        ordered, finish = self._order(request, route, available, body.data, session_key)
+        session_key = route_plan.session_key(state.config.session, request, body.data)
+        plan = plan_rollout(route.config, session_key, ctx.key_name, ctx.request_id)
+        available = rollout_candidates(route, plan, state.backends, model, self.clock())
+        if plan is not None:
+            ctx.route_detail = plan.detail
+        ordered, finish = route_plan.order(
+            request,
+            route,
+            available,
+            body.data,
+            session_key,
+            cache_router=self.cache_router,
+            rng=self.rng,
+            traffic=self.traffic,
+            clock=self.clock,
+        )
         inject = body.stream and not body.wants_usage
+        payload = upstream_body(body, inject_usage=inject, model=route.config.upstream_model)
         try:
             response = await self.proxy.forward(
                 Forward(
                     request=request,
                     body=body,
-                    payload=upstream_body(
-                        body, inject_usage=inject, model=route.config.upstream_model
-                    ),
+                    payload=payload,
                     backends=ordered,
                     strip_usage=inject,
                     route_headers=state.config.listener.route_headers,
                 )
             )
-        except BaseException:
+        except BaseException as exc:
             if finish is not None:
                 finish(0)
+            if plan is not None and isinstance(exc, GatewayError):
+                self.mirror.after_failure(plan, route.config, request, exc.status, exc.kind)
             raise
-        self._when_done(request, response, body.data, session_key, finish)
+        route_plan.when_done(
+            request,
+            response,
+            body.data,
+            session_key,
+            finish,
+            traffic=self.traffic,
+            capture=self.capture,
+            clock=self.clock,
+            wall_clock=self.wall_clock,
+        )
+        if plan is not None:
+            self.mirror.after_forward(
+                plan, route.config, request, response, payload, state.backends, model
+            )
         return response
-
-    def _order(
-        self,
-        request: Request,
-        route: Route,
-        available: list[Backend],
-        data: dict[str, Any],
-        session_key: str | None,
-    ) -> tuple[list[Backend], Callable[[int], None] | None]:
-        """The policy's order of ``available``; on a cache_aware route also the
-        function that records the request's end in the chosen backend's cache view."""
-        router = self.cache_router if route.config.policy == CACHE_AWARE else None
-        prediction = router.predict(data, available, session_key) if router is not None else None
-        pick = PickInput(
-            rng=self.rng,
-            sequence=route.next_sequence(),
-            session_key=session_key,
-            workload=request.ctx.workload,
-            prompt_tokens=prediction.num_tokens if prediction is not None else 0,
-        )
-        hits = prediction.hits if prediction is not None else None
-        ordered = order_backends(route, available, pick, hits)
-        if router is None or prediction is None:
-            return ordered, None
-        request.ctx.route_detail = prediction.explain(available, ordered[0])
-        return ordered, router.start(prediction, available, ordered[0], data)
-
-    def _when_done(
-        self,
-        request: Request,
-        response: Response,
-        data: dict[str, Any],
-        session_key: str | None,
-        finish: Callable[[int], None] | None,
-    ) -> None:
-        """What runs once the answer is complete: the cache view, then capture."""
-        ctx = request.ctx
-        if finish is not None:
-            done = finish
-            response.closers.append(lambda: done(ctx.completion_tokens or 0))
-        capture = self.capture
-        if capture is not None:
-            response.closers.append(
-                lambda: capture.submit(
-                    capture_event(
-                        request, data, session_key, response.status, self.clock, self.wall_clock
-                    )
-                )
-            )
-
-    def _session_key(self, request: Request, data: dict[str, object]) -> str | None:
-        session = self._state.config.session
-        value = request.headers.get(session.header)
-        if value:
-            return value
-        user = data.get("user") if session.use_user_field else None
-        return user if isinstance(user, str) and user else None
-
-    def _models(self, request: Request) -> Response:
-        state = self._state
-        key = state.keys_by_name.get(request.ctx.key_name)
-        names: dict[str, str] = {}
-        for backend in state.backends:
-            for model in backend.models:
-                names.setdefault(model, backend.config.engine)
-        for route in state.routes:
-            for pattern in route.config.models:
-                if not any(ch in pattern for ch in "*?["):
-                    names.setdefault(pattern, "kvroute")
-        data = [
-            {"id": name, "object": "model", "created": 0, "owned_by": owner}
-            for name, owner in sorted(names.items())
-            if key is None or key.allows(name)
-        ]
-        return json_response(200, {"object": "list", "data": data})
-
-    def _ready(self) -> Response:
-        now = self.clock()
-        up = [b.name for b in self._state.backends if b.available(now)]
-        draining = self.server is not None and self.server.draining
-        ready = bool(up) and not draining
-        return json_response(
-            200 if ready else 503,
-            {
-                "status": "ready" if ready else "not ready",
-                "backends_available": up,
-                "draining": draining,
-            },
-        )
-
-    def _admin(self, request: Request) -> Response:
-        check_admin(request.headers, self._state.config.admin_key_sha256)
-        if request.path == "/admin/reload":
-            _require(request.method, "POST")
-            try:
-                self.reload_from_file()
-            except InputError as exc:
-                raise GatewayError(
-                    f"reload failed, the running config stays: {exc}",
-                    status=400,
-                    error_type="invalid_request_error",
-                    kind="bad_config",
-                    code="invalid_config",
-                ) from None
-            return json_response(200, {"status": "reloaded", "backends": len(self._state.backends)})
-        if request.path == "/admin/backends":
-            _require(request.method, "GET")
-            now = self.clock()
-            return json_response(
-                200, {"backends": [_describe(b, now) for b in self._state.backends]}
-            )
-        raise GatewayError(
-            f"no such admin endpoint: {request.path}",
-            status=404,
-            error_type="invalid_request_error",
-            kind="not_found",
-            code="not_found",
-        )
 
 
 def _needs_cache_router(config: GatewayConfig) -> bool:
     return any(r.policy == CACHE_AWARE for r in config.routes)
-
-
-def _require(method: str, wanted: str) -> None:
-    if method != wanted:
-        raise GatewayError(
-            f"method {method} not allowed here (use {wanted})",
-            status=405,
-            error_type="invalid_request_error",
-            kind="bad_request",
-            code="method_not_allowed",
-        )
-
-
-def _describe(backend: Backend, now_s: float) -> dict[str, object]:
-    c = backend.config
-    return {
-        "name": c.name,
-        "url": c.url,
-        "engine": c.engine,
-        "pool": c.pool,
-        "models": list(backend.models),
-        "healthy": backend.healthy,
-        "health_detail": backend.health_detail,
-        "breaker": backend.breaker.state.name.lower(),
-        "available": backend.available(now_s),
-        "outstanding": backend.num_outstanding,
-    }

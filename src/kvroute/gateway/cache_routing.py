@@ -18,12 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from kvroute.cache.base import U64, CacheSeq
 from kvroute.gateway.backends import Backend
 from kvroute.gateway.prompt_tokens import PromptTokens
-from kvroute.trace.hashing import chain_hashes
+from kvroute.trace.hashing import chain_hashes, extend_chain_hashes
 from kvroute.types import TokenIds
 
 DEFAULT_MAX_OUTPUT_TOKENS = 256
@@ -134,15 +132,14 @@ class CacheRouter:
 
 def _extends(token_ids: TokenIds, previous: TokenIds) -> bool:
     n = previous.shape[0]
-    return bool(token_ids.shape[0] >= n and np.array_equal(token_ids[:n], previous))
+    # bytes comparison: a memcmp, several times cheaper than np.array_equal here
+    return token_ids.shape[0] >= n and token_ids[:n].tobytes() == previous.tobytes()
 
 
 def _chain(token_ids: TokenIds, unit: int, previous: _SessionChain | None) -> U64:
     """Chained hashes of the full units of ``token_ids``, continuing ``previous``'s
     chain where the prompt extends it."""
     known = previous.keys_by_unit.get(unit) if previous is not None else None
-    if known is None or known.shape[0] == 0:
+    if known is None:
         return chain_hashes(token_ids, unit)
-    start = known.shape[0] * unit
-    more = chain_hashes(token_ids[start:], unit, int(known[-1]))
-    return np.concatenate((known, more)) if more.shape[0] else known
+    return extend_chain_hashes(known, token_ids, unit)

@@ -22,7 +22,7 @@ import numpy as np
 from kvroute.cache.base import U64, CacheGeometry, CacheSeq, PrefixCache, units_for
 from kvroute.cache.llamacpp import LlamaCppConfig
 from kvroute.cache.registry import EngineSettings, cache_models
-from kvroute.trace.hashing import chain_hashes
+from kvroute.trace.hashing import chain_hashes, extend_chain_hashes
 from kvroute.types import TokenIds
 
 DEFAULT_CAPACITY_TOKENS = {"llamacpp": 4 * 2048, "vllm": 65_536, "sglang": 65_536}
@@ -35,8 +35,20 @@ class CacheViewConfig:
 
     capacity_tokens: int | None = None
     """KV pool in tokens; None: the engine's default here (DEFAULT_CAPACITY_TOKENS)."""
-    slots: int = 4
-    """llama.cpp ``--parallel``."""
+    slots: int | None = None
+    """llama.cpp ``--parallel``; None: not given (llama-server's auto: 4 slots)."""
+    kv_unified: bool | None = None
+    """llama.cpp ``--kv-unified``; None: llama-server's default, on only when
+    ``--parallel`` is not given (``slots`` None)."""
+    cache_ram_mib: int = 8192
+    """llama.cpp ``--cache-ram`` (0: off, as ``kvroute engines up`` starts it)."""
+
+    def llamacpp(self) -> LlamaCppConfig:
+        """The llama.cpp slot model's settings for the engine these flags describe."""
+        unified = self.slots is None if self.kv_unified is None else self.kv_unified
+        return LlamaCppConfig(
+            num_slots=self.slots or 4, kv_unified=unified, cache_ram_mib=self.cache_ram_mib
+        )
 
 
 def _seq(token_ids: TokenIds, unit_tokens: int, keep_ids: bool, keys: U64 | None) -> CacheSeq:
@@ -55,9 +67,9 @@ class BackendCacheView:
 
     def __init__(self, engine: str, config: CacheViewConfig) -> None:
         capacity = config.capacity_tokens or DEFAULT_CAPACITY_TOKENS[engine]
-        settings = EngineSettings(llamacpp=LlamaCppConfig(num_slots=config.slots))
+        settings = EngineSettings(llamacpp=config.llamacpp())
         self.model: PrefixCache = cache_models(settings).get(engine)(CacheGeometry(capacity))
-        self._pinned: dict[int, TokenIds] = {}
+        self._pinned: dict[int, tuple[TokenIds, U64]] = {}
         self._next_pseudo = 0
 
     def seq(self, token_ids: TokenIds, keys: U64 | None = None) -> CacheSeq:
@@ -73,15 +85,19 @@ class BackendCacheView:
         """A request was sent here: pin its prompt (skipped when the model has no room)."""
         admission = self.model.pin(request_id, seq, seq.num_tokens + max_output)
         if admission.status.value == "admitted":
-            self._pinned[request_id] = token_ids
+            self._pinned[request_id] = (token_ids, seq.keys)
 
     def finish(self, request_id: int, num_output_tokens: int) -> None:
         """The request ended with ``num_output_tokens`` generated: store what stays."""
-        token_ids = self._pinned.pop(request_id, None)
-        if token_ids is None:
+        pinned = self._pinned.pop(request_id, None)
+        if pinned is None:
             return
+        token_ids, prompt_keys = pinned
         num_kept = max(num_output_tokens - 1, 0)  # the last token never gets KV
         pseudo = np.arange(self._next_pseudo, self._next_pseudo + num_kept, dtype=np.uint64)
         self._next_pseudo = (self._next_pseudo + num_kept) % (1 << 30)
         outputs = (pseudo + _PSEUDO_BASE).astype(np.uint32)
-        self.model.unpin(request_id, self.seq(np.concatenate((token_ids, outputs))))
+        final = np.concatenate((token_ids, outputs))
+        # The prompt's full units are hashed already: extend their chain over the rest.
+        keys = extend_chain_hashes(prompt_keys, final, self.model.unit_tokens)
+        self.model.unpin(request_id, self.seq(final, keys))

@@ -41,18 +41,42 @@ from kvroute.gateway.capture_files import RotatingTraceFile
 from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.gateway.types import Request
 from kvroute.trace.formats.base import ReadOptions, RecordError
-from kvroute.trace.formats.openai_log import OpenAILogFormat
+from kvroute.trace.formats.openai_log import OpenAILogFormat, structured_output_kind
 from kvroute.trace.hashing import (
     DEFAULT_SEED,
     block_contents,
     chain_hashes_batch,
     extend_chain,
 )
-from kvroute.trace.records import StructuredOutput, TokenPrompt
+from kvroute.trace.records import RequestAttrs, StructuredOutput, TokenPrompt
 from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
 from kvroute.types import TokenIds
 
 logger = logging.getLogger("kvroute.gateway.capture")
+
+# Keys OpenAILogFormat reads beyond messages and tools (a wrapped body, a response,
+# times, ids), any of which may make it reject the record: bodies with one take the
+# format's full parser, so capture accepts and refuses exactly what it does.
+_PARSER_KEYS = frozenset(
+    [
+        "request",
+        "body",
+        "response",
+        "timestamp",
+        "arrival_time",
+        "time",
+        "created_at",
+        "end_timestamp",
+        "end_time",
+        "finished_at",
+        "latency_s",
+        "session_id",
+        "conversation_id",
+        "session",
+        "user_id",
+        "metadata",
+    ]
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +115,12 @@ class CaptureEvent:
     prompt_tokens: int | None
     completion_tokens: int | None
     cached_tokens: int | None
+    token_ids: tuple[str, TokenIds] | None = None
+    """(tokenizer name, the prompt's ids) when the route tokenized it already
+    (cache_aware): capture does not tokenize again if its tokenizer has that name."""
+    observe: bool = False
+    """Hand the record to the capture's ``on_records`` (the live traffic window takes
+    its prompt blocks from capture when the route did not tokenize)."""
 
 
 def capture_event(
@@ -100,6 +130,8 @@ def capture_event(
     status: int,
     clock: Callable[[], float],
     wall_clock: Callable[[], float],
+    *,
+    observe: bool = False,
 ) -> CaptureEvent:
     """The event of a request whose answer is done (its usage is known by then):
     references only, cheap enough for the request path."""
@@ -117,6 +149,8 @@ def capture_event(
         prompt_tokens=ctx.prompt_tokens,
         completion_tokens=ctx.completion_tokens,
         cached_tokens=ctx.cached_tokens,
+        token_ids=ctx.prompt_token_ids,
+        observe=observe,
     )
 
 
@@ -163,19 +197,24 @@ def capture_record(
 def _record_without_hashes(
     event: CaptureEvent, prompts: PromptTokens, include_text: bool
 ) -> tuple[dict[str, Any], TokenIds]:
-    parsed = OpenAILogFormat().parse(dict(event.body), 0, 0, ReadOptions())[0]
-    prompt = parsed.prompt
-    if isinstance(prompt, TokenPrompt):
-        token_ids, text = prompt.token_ids, ""
+    attrs, token_prompt = _attrs(event.body)
+    text = ""
+    if token_prompt is not None:
+        token_ids = token_prompt.token_ids
     else:
-        text = prompts.text(event.body) or ""
-        token_ids = prompts.encode(text)
+        routed = event.token_ids
+        if routed is not None and routed[0] == prompts.tokenizer.name:
+            ids: TokenIds | None = routed[1]
+        else:
+            ids = prompts.token_ids(event.body)
+        if ids is None or include_text:
+            text = prompts.text(event.body) or ""  # raises what stopped the tokenizing
+        token_ids = prompts.encode(text) if ids is None else ids
     rec: dict[str, Any] = {
         "t": round(event.arrival_unix_s, 6),
         "end_t": round(event.end_unix_s, 6),
         "status": event.status,
     }
-    attrs = parsed.attrs
     optional = {
         "session": _pseudonym(event.session_id) if event.session_id else None,
         "model": event.model or None,
@@ -195,6 +234,32 @@ def _record_without_hashes(
     if include_text and text:
         rec["prompt_text"] = text
     return rec, token_ids
+
+
+def _attrs(body: Mapping[str, Any]) -> tuple[RequestAttrs, TokenPrompt | None]:
+    """What the trace records of a body (as :class:`OpenAILogFormat` reads it), and
+    its prompt when that is token ids. Plain chat bodies take a short path with the
+    same checks and results; anything else goes through the format's parser."""
+    messages = body.get("messages")
+    if (
+        isinstance(messages, list)
+        and messages
+        and _PARSER_KEYS.isdisjoint(body)
+        and all(type(body.get(k, "")) is str for k in ("model", "user"))
+    ):
+        tools = body.get("tools") or body.get("functions")
+        roles = [m.get("role") if isinstance(m, dict) else None for m in messages]
+        if all(type(r) is str for r in roles) and (tools is None or isinstance(tools, list)):
+            attrs = RequestAttrs(
+                has_tools=bool(tools) or "tool" in roles,
+                structured_output=structured_output_kind(dict(body)),
+                turn_index=roles.count("assistant"),
+                num_messages=len(messages),
+            )
+            return attrs, None
+    parsed = OpenAILogFormat().parse(dict(body), 0, 0, ReadOptions())[0]
+    prompt = parsed.prompt
+    return parsed.attrs, prompt if isinstance(prompt, TokenPrompt) else None
 
 
 def _batch_block_hashes(token_ids: Sequence[TokenIds], block_size_tokens: int) -> list[list[int]]:
@@ -271,6 +336,9 @@ class TraceCapture:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._prompts: PromptTokens | None = None
+        self.on_records: Callable[[list[dict[str, Any]]], None] | None = None
+        """Called on the worker thread with the written records of events marked
+        ``observe`` (must be thread-safe: the gateway hands them to its event loop)."""
 
     def start(self) -> None:
         """Load the tokenizer (blocking: call it off the event loop) and start the
@@ -322,6 +390,7 @@ class TraceCapture:
             self.num_failed += len(batch)
             logger.exception("capture failed on a batch of %d requests", len(batch))
             return
+        self._hand_over(batch, records)
         lines: list[bytes] = []
         for rec in records:
             if isinstance(rec, Exception):
@@ -332,3 +401,21 @@ class TraceCapture:
         if lines:
             self.files.write(b"\n".join(lines) + b"\n")
             self.num_written += len(lines)
+
+    def _hand_over(
+        self, batch: list[CaptureEvent], records: list[dict[str, Any] | Exception]
+    ) -> None:
+        callback = self.on_records
+        if callback is None:
+            return
+        chosen = [
+            rec
+            for event, rec in zip(batch, records, strict=True)
+            if event.observe and not isinstance(rec, Exception)
+        ]
+        if not chosen:
+            return
+        try:
+            callback(chosen)
+        except Exception:  # the writer must outlive a broken observer
+            logger.exception("capture's traffic observer failed")

@@ -22,6 +22,8 @@ from kvroute.gateway.capture import CaptureConfig
 from kvroute.gateway.classify import ClassifyOptions
 from kvroute.gateway.config_reader import ConfigNode
 from kvroute.gateway.policies.registry import DEFAULT_POLICY, policy_registry
+from kvroute.gateway.rollout_config import CanaryConfig, ShadowConfig, parse_canary, parse_shadow
+from kvroute.gateway.traffic_shape import TrafficConfig
 from kvroute.gateway.types import WorkloadClass
 from kvroute.gateway.yaml_lines import load_yaml
 
@@ -79,6 +81,10 @@ class RouteConfig:
     """Workload classes; empty: any."""
     upstream_model: str | None = None
     """Send this model name upstream instead of the requested one (an alias)."""
+    canary: CanaryConfig | None = None
+    """A weighted share of the route's traffic to another pool (rollout.py)."""
+    shadow: ShadowConfig | None = None
+    """A share of the route's requests mirrored to another pool, answers discarded."""
 
     def matches(self, model: str, workload: WorkloadClass) -> bool:
         if self.classes and workload not in self.classes:
@@ -148,6 +154,8 @@ class GatewayConfig:
     session: SessionConfig = SessionConfig()
     classify: ClassifyOptions = field(default_factory=ClassifyOptions)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
+    traffic: TrafficConfig = field(default_factory=TrafficConfig)
+    """The live traffic-shape window (traffic_shape.py)."""
     tokenizer: str = ""
     """GGUF file or HF tokenizer directory of the served model, for cache_aware routes
     and capture; empty: the default model."""
@@ -182,6 +190,7 @@ def parse_config(text: str, path: str, *, env: Mapping[str, str] | None = None) 
         "classify",
         "capture",
         "tokenizer",
+        "traffic",
     )
     env = os.environ if env is None else env
     backends = tuple(_backend(n, env) for n in root.items("backends", required=True))
@@ -208,6 +217,7 @@ def parse_config(text: str, path: str, *, env: Mapping[str, str] | None = None) 
         session=SessionConfig(**root.child("session").fields(SessionConfig)),
         classify=ClassifyOptions(**root.child("classify").fields(ClassifyOptions, positive=True)),
         capture=CaptureConfig(**root.child("capture").fields(CaptureConfig, positive=True)),
+        traffic=_traffic(root.child("traffic")),
         tokenizer=root.string("tokenizer") if "tokenizer" in root.data else "",
         source=path,
     )
@@ -222,6 +232,16 @@ def _listener(node: ConfigNode) -> ListenerConfig:
     if not 0 <= int(port) <= 65535:
         raise node.error("must be a port number 0..65535", "port")
     return ListenerConfig(**fields)
+
+
+def _traffic(node: ConfigNode) -> TrafficConfig:
+    traffic = TrafficConfig(**node.fields(TrafficConfig, positive=True))
+    if traffic.min_requests > traffic.window_requests:
+        raise node.error(
+            f"must be ≤ window_requests ({traffic.window_requests}), or no band is ever set",
+            "min_requests",
+        )
+    return traffic
 
 
 def _backend(node: ConfigNode, env: Mapping[str, str]) -> BackendConfig:
@@ -274,18 +294,30 @@ def _backend(node: ConfigNode, env: Mapping[str, str]) -> BackendConfig:
 
 
 def _cache_view(node: ConfigNode) -> CacheViewConfig:
-    node.check_keys("capacity_tokens", "slots")
-    values: dict[str, int] = {}
+    """The engine's flags: ``slots`` --parallel, ``capacity_tokens`` --ctx-size, and for
+    llama.cpp ``kv_unified`` --[no-]kv-unified, ``cache_ram_mib`` --cache-ram."""
+    node.check_keys("capacity_tokens", "slots", "kv_unified", "cache_ram_mib")
+    values: dict[str, Any] = {}
     for key in ("capacity_tokens", "slots"):
         if key in node.data:
             values[key] = node.integer(key)
             if values[key] < 1:
                 raise node.error("must be ≥ 1", key)
+    if "kv_unified" in node.data:
+        values["kv_unified"] = node.data["kv_unified"]
+        if not isinstance(values["kv_unified"], bool):
+            raise node.error("must be true or false (llama-server --kv-unified)", "kv_unified")
+    if "cache_ram_mib" in node.data:
+        values["cache_ram_mib"] = node.integer("cache_ram_mib")
+        if values["cache_ram_mib"] < -1:
+            raise node.error("must be ≥ -1 (--cache-ram: -1 no limit, 0 off)", "cache_ram_mib")
     return CacheViewConfig(**values)
 
 
 def _route(node: ConfigNode, index: int, pools: set[str]) -> RouteConfig:
-    node.check_keys("name", "match", "pool", "policy", "policy_options", "upstream_model")
+    node.check_keys(
+        "name", "match", "pool", "policy", "policy_options", "upstream_model", "canary", "shadow"
+    )
     pool = node.string("pool")
     if pool != ANY_POOL and pool not in pools:
         valid = ", ".join(sorted(pools))
@@ -319,6 +351,8 @@ def _route(node: ConfigNode, index: int, pools: set[str]) -> RouteConfig:
         models=match.strings("model"),
         classes=tuple(classes),
         upstream_model=upstream,
+        canary=parse_canary(node.child("canary"), pool, pools) if "canary" in node.data else None,
+        shadow=parse_shadow(node.child("shadow"), pool, pools) if "shadow" in node.data else None,
     )
 
 

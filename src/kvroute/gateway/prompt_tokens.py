@@ -1,13 +1,21 @@
 """Prompt token ids of request bodies, cheaply: what capture and cache-aware routing
 both need, on every request.
 
-The prompt is rendered with the model's chat template (what the engine does), then
-split at the tokenizer's special tokens (``<|im_start|>``, ``<|im_end|>``, ...). The
-tokenizer splits there first as well (added tokens are matched before the BPE
-pre-tokenizer runs), so encoding the pieces one by one gives exactly the ids of
-encoding the whole text. Each piece's ids are memoised (LRU, by text): a system
-prompt, a tool list, or a conversation's earlier turns are encoded once, and a new
-turn costs only its new message. The pieces are found with one regex pass.
+Three memos, from coarse to fine, each exact:
+
+1. Chat bodies whose template is message-local are rendered message by message
+   (:mod:`kvroute.gateway.chat_pieces`): a conversation's earlier turns, a system
+   prompt or a tool list cost a dictionary lookup, not a template render.
+2. Rendered text is split at the tokenizer's added tokens (``<|im_start|>``,
+   ``<|im_end|>``, ...). The tokenizer splits there first as well (added tokens are
+   matched before the pre-tokenizer runs), so encoding the pieces one by one gives
+   exactly the ids of encoding the whole text. Each piece's ids are memoised (LRU,
+   by text). A message piece begins with an added token (``<|im_start|>``), so its
+   ids also follow the previous message's ids unchanged.
+3. A new piece of plain ASCII text is split into words by
+   :class:`~kvroute.trace.pretokenize.AsciiWordEncoder` (the tokenizer's own split,
+   in Python's ``re``) and each word's BPE ids are memoised; other text goes to the
+   tokenizer.
 
 Not thread-safe: give each thread its own instance.
 """
@@ -16,12 +24,13 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from kvroute.errors import KvrouteError
+from kvroute.gateway.chat_pieces import ChatPieces, Piece
 from kvroute.trace.tokenizer import ChatTokenizer
 from kvroute.types import TokenIds
 
@@ -29,11 +38,16 @@ from kvroute.types import TokenIds
 class PromptTokens:
     """Body → prompt token ids, with a memo of ``max_pieces`` encoded pieces."""
 
-    def __init__(self, tokenizer: ChatTokenizer, *, max_pieces: int = 50_000) -> None:
+    def __init__(
+        self, tokenizer: ChatTokenizer, *, max_pieces: int = 50_000, check_every: int = 256
+    ) -> None:
         self.tokenizer = tokenizer
         self.max_pieces = max_pieces
         added = tokenizer.backend.get_added_tokens_decoder()
         self._special_ids = {t.content: i for i, t in added.items()}
+        self._special_arrays = {
+            content: np.array([i], dtype=np.uint32) for content, i in self._special_ids.items()
+        }
         # Exact splitting needs added tokens that do not eat neighbouring spaces.
         exact = all(not (t.lstrip or t.rstrip) for t in added.values())
         contents = sorted(self._special_ids, key=len, reverse=True)
@@ -42,29 +56,50 @@ class PromptTokens:
             if contents and exact
             else None
         )
+        self._words = tokenizer.ascii_word_encoder()
         self._pieces: OrderedDict[str, TokenIds] = OrderedDict()
-        self.num_piece_hits = 0
-        self.num_piece_misses = 0
+        self.chat = ChatPieces(
+            tokenizer, self._piece, max_pieces=max_pieces, check_every=check_every
+        )
+        self._num_text_hits = 0
+        self._num_text_misses = 0
+
+    @property
+    def num_piece_hits(self) -> int:
+        """Pieces (messages, or text between added tokens) found in a memo."""
+        return self.chat.num_hits + self._num_text_hits
+
+    @property
+    def num_piece_misses(self) -> int:
+        """Pieces rendered or encoded anew."""
+        return self.chat.num_misses + self._num_text_misses
 
     def text(self, body: Mapping[str, Any]) -> str | None:
         """The rendered prompt text of a chat or text-completion body; None for a
         token-id prompt. Raises :class:`KvrouteError` when the template fails."""
         messages = body.get("messages")
         if isinstance(messages, list):
-            tools = body.get("tools")
-            return self.tokenizer.render_chat(messages, tools if isinstance(tools, list) else None)
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-            prompt = prompt[0]  # a batch of one
-        return prompt if isinstance(prompt, str) else None
+            tools = _tools(body)
+            pieces = self.chat.pieces(messages, tools)
+            if pieces is not None:
+                return "".join(p.text for p in pieces)
+            return self.tokenizer.render_chat(messages, tools)
+        return _completion_prompt(body)
 
     def token_ids(self, body: Mapping[str, Any]) -> TokenIds | None:
         """The prompt's token ids as the engine prefills them; None when the body
         cannot be tokenized (odd content, a template failure, a batch)."""
-        try:
-            text = self.text(body)
-        except KvrouteError:
-            return None
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            tools = _tools(body)
+            pieces = self.chat.pieces(messages, tools)
+            if pieces is not None:
+                return self._join(pieces)
+            try:
+                return self.encode(self.tokenizer.render_chat(messages, tools))
+            except KvrouteError:
+                return None
+        text = _completion_prompt(body)
         if text is None:
             prompt = body.get("prompt")
             return np.asarray(prompt, dtype=np.uint32) if _is_ids(prompt) else None
@@ -75,29 +110,73 @@ class PromptTokens:
         tok = self.tokenizer
         if self._split is None:
             return tok.encode(text)
-        parts: list[TokenIds] = [tok.prefix_ids]
-        specials, pieces = self._special_ids, self._pieces
+        return np.concatenate((tok.prefix_ids, self._bare_ids(text), tok.suffix_ids))
+
+    def _join(self, pieces: Sequence[Piece]) -> TokenIds:
+        """The ids of the pieces' text, from the pieces' own ids where every boundary
+        is an added token (else by encoding the joined text)."""
+        if not all(p.starts_at_added_token for p in pieces[1:]):
+            return self.encode("".join(p.text for p in pieces))
+        tok = self.tokenizer
+        if tok.prefix_ids.size or tok.suffix_ids.size:
+            return np.concatenate((tok.prefix_ids, *(p.ids for p in pieces), tok.suffix_ids))
+        return np.concatenate([p.ids for p in pieces])
+
+    def _piece(self, text: str) -> Piece:
+        starts = self._split is not None and self._split.match(text) is not None
+        # The message memo keeps these ids: the text memo need not hold them twice.
+        split = self._split is not None
+        ids = self._bare_ids(text, remember=False) if split else self.tokenizer.encode(text)
+        return Piece(text, ids, starts)
+
+    def _bare_ids(self, text: str, *, remember: bool = True) -> TokenIds:
+        """Ids of ``text`` without BOS/EOS (``self._split`` is set); ``remember``: put
+        new pieces in the text memo and count hits and misses (off for the pieces of a
+        message, which the message memo keeps and counts)."""
+        assert self._split is not None
+        parts: list[TokenIds] = []
+        specials, pieces = self._special_arrays, self._pieces
         for piece in self._split.split(text):
             if not piece:
                 continue
+            found = specials.get(piece)
+            if found is not None:
+                parts.append(found)
+                continue
             found = pieces.get(piece)
             if found is None:
-                special = specials.get(piece)
-                if special is not None:
-                    found = np.array([special], dtype=np.uint32)
-                else:
-                    self.num_piece_misses += 1
-                    ids = tok.backend.encode(piece, add_special_tokens=False).ids
-                    found = np.asarray(ids, dtype=np.uint32)
-                pieces[piece] = found
-                if len(pieces) > self.max_pieces:
-                    pieces.popitem(last=False)
-            else:
-                self.num_piece_hits += 1
+                found = self._encode_plain(piece)
+                if remember:
+                    self._num_text_misses += 1
+                    pieces[piece] = found
+                    if len(pieces) > self.max_pieces:
+                        pieces.popitem(last=False)
+            elif remember:
+                self._num_text_hits += 1
                 pieces.move_to_end(piece)
             parts.append(found)
-        parts.append(tok.suffix_ids)
-        return np.concatenate(parts)
+        if not parts:
+            return np.zeros(0, dtype=np.uint32)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    def _encode_plain(self, text: str) -> TokenIds:
+        """Ids of text that holds no added token."""
+        ids = self._words.encode(text) if self._words is not None else None
+        if ids is None:
+            ids = self.tokenizer.backend.encode(text, add_special_tokens=False).ids
+        return np.asarray(ids, dtype=np.uint32)
+
+
+def _completion_prompt(body: Mapping[str, Any]) -> str | None:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]  # a batch of one
+    return prompt if isinstance(prompt, str) else None
+
+
+def _tools(body: Mapping[str, Any]) -> Sequence[Any] | None:
+    tools = body.get("tools")
+    return tools if isinstance(tools, list) else None
 
 
 def _is_ids(value: object) -> bool:

@@ -52,11 +52,12 @@ def select_route(routes: Sequence[Route], model: str, workload: WorkloadClass) -
 
 
 def candidates(
-    route: Route, backends: Sequence[Backend], model: str, now_s: float
+    route: Route, backends: Sequence[Backend], model: str, now_s: float, pool: str | None = None
 ) -> list[Backend]:
-    """The route's backends for ``model`` that are available now; 404 when none serves
-    the model at all, 503 when those that do are all down."""
-    pool = route.config.pool
+    """The route's backends for ``model`` that are available now (in ``pool``, default
+    the route's: a canary or shadow names another); 404 when none serves the model at
+    all, 503 when those that do are all down."""
+    pool = pool or route.config.pool
     serving = [b for b in backends if pool in (ANY_POOL, b.config.pool) and b.serves(model)]
     if not serving:
         raise GatewayError(

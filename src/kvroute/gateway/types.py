@@ -24,6 +24,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from kvroute.types import TokenIds
+
 
 class WorkloadClass(enum.Enum):
     """What kind of work a request is (see classify.py); a metrics label and route key."""
@@ -60,6 +62,9 @@ class RequestContext:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_tokens: int | None = None
+    prompt_token_ids: tuple[str, TokenIds] | None = None
+    """(tokenizer name, the prompt's ids) when the route tokenized it (cache_aware):
+    capture reuses them instead of tokenizing again."""
 
 
 @dataclass(frozen=True, slots=True)

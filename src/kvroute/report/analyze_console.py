@@ -9,6 +9,7 @@ from rich.text import Text
 
 from kvroute.analyze.result import AnalysisResult, VerdictLevel
 from kvroute.report import fmt
+from kvroute.report.drift_report import print_drift
 
 _STYLE = {
     VerdictLevel.EQUIVALENT: "cyan",
@@ -24,7 +25,9 @@ def _opt(value: float | None) -> str:
 
 
 def _kv(title: str, rows: list[tuple[str, str]]) -> Table:
-    t = Table(title=title, title_justify="left", show_header=False, box=None, pad_edge=False, min_width=44)
+    t = Table(
+        title=title, title_justify="left", show_header=False, box=None, pad_edge=False, min_width=44
+    )
     t.add_column(style="dim")
     t.add_column(justify="right")
     for k, v in rows:
@@ -110,7 +113,9 @@ def render_console(result: AnalysisResult, console: Console, *, show_text: bool 
         _kv("Traffic shape", shape_rows),
         _kv(
             "Ideal LRU hit vs KV cache capacity"
-            + ("" if ru.sample_rate == 1 else f" (sampled {fmt.percent(ru.sample_rate, digits=2)})"),
+            + (
+                "" if ru.sample_rate == 1 else f" (sampled {fmt.percent(ru.sample_rate, digits=2)})"
+            ),
             cap_rows,
         ),
     ]
@@ -127,12 +132,16 @@ def render_console(result: AnalysisResult, console: Console, *, show_text: bool 
         for name in ("#", "requests", "tokens", "saved", "of reuse"):
             t.add_column(name, justify="right", no_wrap=True)
         if show_text:
-            t.add_column("text", overflow="ellipsis", no_wrap=True, max_width=max(16, console.width - 50))
+            t.add_column(
+                "text", overflow="ellipsis", no_wrap=True, max_width=max(16, console.width - 50)
+            )
         for g in r.groups.top[:5]:
             row = [
                 str(g.rank),
                 fmt.count(g.num_requests),
-                f"{fmt.tokens(g.start_tokens)}-{fmt.tokens(g.prefix_tokens)}" if not g.sub_block else "< 1 block",
+                f"{fmt.tokens(g.start_tokens)}-{fmt.tokens(g.prefix_tokens)}"
+                if not g.sub_block
+                else "< 1 block",
                 fmt.tokens(g.tokens_saved),
                 fmt.percent(g.share_of_reuse),
             ]
@@ -140,6 +149,7 @@ def render_console(result: AnalysisResult, console: Console, *, show_text: bool 
                 row.append(" ".join((g.preview_head or "").split())[:120])
             t.add_row(*row)
         console.print(t)
+    print_drift(r.drift, console)
     v = r.verdict
     body = Group(Text(v.headline, style="bold"), *[Text(f"• {reason}") for reason in v.reasons])
     console.print(Panel(body, title="Verdict", border_style=_STYLE[v.level], title_align="left"))

@@ -8,6 +8,7 @@ from pathlib import Path
 from kvroute.analyze.result import AnalysisResult, VerdictLevel
 from kvroute.report import fmt
 from kvroute.report.dist_blocks import cdf_block, histogram_block
+from kvroute.report.drift_report import drift_section
 from kvroute.report.html import (
     Block,
     Callout,
@@ -380,6 +381,7 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
         sections=[
             _overlap_section(result),
             _groups_section(result),
+            drift_section(result.drift),
             _pairs_section(result),
             _sessions_section(result),
             _reuse_section(result),

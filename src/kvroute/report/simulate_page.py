@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kvroute.cache.result import SimulationResult
-from kvroute.cache.validate import ValidationResult
 from kvroute.report import fmt
 from kvroute.report.html import (
     Block,
@@ -25,6 +24,7 @@ from kvroute.report.html import (
 from kvroute.report.simulate_console import capacity_line
 from kvroute.report.simulate_validation import validation_section
 from kvroute.report.svg import Bars, RefLine, Series, bar_chart, line_chart
+from kvroute.validate.result import ValidationResult
 
 MODELS: tuple[tuple[str, str], ...] = (
     (

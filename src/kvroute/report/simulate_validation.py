@@ -6,7 +6,6 @@ from rich import box
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from kvroute.cache.validate import RequestCheck, ResetOutcome, ValidationResult
 from kvroute.report import fmt
 from kvroute.report.html import (
     Block,
@@ -19,6 +18,7 @@ from kvroute.report.html import (
     Table,
 )
 from kvroute.report.svg import Bars, Dash, Series, bar_chart, line_chart
+from kvroute.validate.result import RequestCheck, ResetOutcome, ValidationResult
 
 MAX_MISSES = 10
 MAX_ERROR_BARS = 200

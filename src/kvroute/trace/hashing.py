@@ -23,6 +23,8 @@ Only full blocks are hashed (what vLLM caches); per-token prefix hashes are the
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import numpy.typing as npt
 
@@ -54,11 +56,14 @@ def _mix(x: U64) -> U64:
     return x
 
 
+@functools.lru_cache(maxsize=64)
 def _weights(block_size_tokens: int) -> U64:
-    """Odd, well-mixed 64-bit weights, one per position in a block (deterministic)."""
+    """Odd, well-mixed 64-bit weights, one per position in a block (deterministic;
+    memoised, read-only)."""
     pos = np.arange(1, block_size_tokens + 1, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        return _mix(pos * _POS) | _ONE
+    weights = _mix(pos * _POS) | _ONE  # array arithmetic wraps silently
+    weights.setflags(write=False)
+    return weights
 
 
 def block_contents(tokens: npt.NDArray[np.integer], block_size_tokens: int) -> U64:
@@ -69,19 +74,31 @@ def block_contents(tokens: npt.NDArray[np.integer], block_size_tokens: int) -> U
     The block length is folded in so a partial block never equals a full one.
     """
     num_blocks = tokens.shape[0] // block_size_tokens
-    blocks = tokens[: num_blocks * block_size_tokens].reshape(num_blocks, block_size_tokens)
-    with np.errstate(over="ignore"):
-        weighted = blocks.astype(np.uint64) * _weights(block_size_tokens)
+    weights = _weights(block_size_tokens)
+    # Array arithmetic wraps modulo 2**64 silently; only scalar overflow would warn.
+    if block_size_tokens == 1:
+        acc = tokens.astype(np.uint64)
+        acc *= weights[0]
+    else:
+        blocks = tokens[: num_blocks * block_size_tokens].reshape(num_blocks, block_size_tokens)
+        weighted = blocks.astype(np.uint64)
+        weighted *= weights
         acc = weighted.sum(axis=1, dtype=np.uint64)
-        acc += np.uint64(block_size_tokens) * _M2
-        return _mix(acc)
+    acc += np.uint64(block_size_tokens * int(_M2) % (1 << 64))
+    return _mix(acc)
 
 
 def _powers(base: np.uint64, n: int) -> U64:
+    """``base**g`` for ``g < n``: a slice of a memoised table grown in powers of two."""
+    return _power_table(int(base), max(1024, 1 << (n - 1).bit_length()))[:n]
+
+
+@functools.lru_cache(maxsize=8)
+def _power_table(base: int, n: int) -> U64:
     out = np.full(n, base, dtype=np.uint64)
-    if n:
-        out[0] = _ONE
-        np.multiply.accumulate(out, out=out)
+    out[0] = _ONE
+    np.multiply.accumulate(out, out=out)
+    out.setflags(write=False)
     return out
 
 
@@ -96,6 +113,13 @@ def chain_contents(contents: U64, starts: npt.NDArray[np.int64], seed: int = DEF
         return np.empty(0, dtype=np.uint64)
     p_pow = _powers(_P, n)  # P**g
     p_inv_pow = _powers(_P_INV, n + 1)  # P**-g, one extra for g = -1 below
+    if starts.shape[0] == 1:
+        # One prompt: h[g] = P**g * (S[g] + seed * P), with no segment bookkeeping.
+        s = contents * p_inv_pow[:n]
+        np.cumsum(s, dtype=np.uint64, out=s)
+        s += np.uint64(seed * int(_P) % (1 << 64))
+        s *= p_pow
+        return s
     with np.errstate(over="ignore"):
         s = np.cumsum(contents * p_inv_pow[:n], dtype=np.uint64)
         # Per segment: subtract S[s-1] (0 for the first) and add seed * P**-(s-1).
@@ -113,6 +137,20 @@ def chain_hashes(
     """Chained hashes of the full blocks of one prompt."""
     contents = block_contents(tokens, block_size_tokens)
     return chain_contents(contents, np.zeros(1, dtype=np.int64), seed)
+
+
+def extend_chain_hashes(
+    known: U64, tokens: npt.NDArray[np.integer], block_size_tokens: int, seed: int = DEFAULT_SEED
+) -> BlockHashes:
+    """``chain_hashes(tokens, ...)`` given ``known``, the hashes of a prefix of its full
+    blocks (what an earlier, shorter prompt that ``tokens`` extends had): only the
+    blocks after them are hashed, continuing the chain from the last known one."""
+    if known.shape[0] == 0:
+        return chain_hashes(tokens, block_size_tokens, seed)
+    more = chain_hashes(
+        tokens[known.shape[0] * block_size_tokens :], block_size_tokens, int(known[-1])
+    )
+    return np.concatenate((known, more)) if more.shape[0] else known
 
 
 def chain_hashes_batch(

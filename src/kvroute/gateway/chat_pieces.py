@@ -1,0 +1,292 @@
+"""A chat prompt rendered message by message, each message's text and ids memoised.
+
+Rendering a chat template is the costly part of a prompt that is otherwise known
+(Jinja2, sandboxed: ~6 µs a message, ~85 µs for a 14-message conversation). Most
+templates are *message-local*: the prompt is the first message's text, then each
+later message's text (which depends on that message alone), then the generation
+prompt. For those, a conversation's new turn only renders its new messages, and the
+rest comes from the memo::
+
+    render([m0, m1, ..., mn], gen=True)
+      == render([m0])                                       first piece
+       + render([m0, mi]) - render([m0])   for i = 1..n     one piece per message
+       + render([m0], gen=True) - render([m0])              generation prompt
+
+Most templates also write a plain message's string content verbatim between a
+prefix and a suffix that depend on its role alone (``<|im_start|>user\n`` ...
+``<|im_end|>\n``): for those a new message's text is spliced, not rendered. Both are
+checked with the real template, per tool list: a few probe conversations (with and
+without a system message, several turns) must render to exactly the assembled
+pieces, and for splicing, a set of probe contents (padding a template could trim,
+JSON and Jinja syntax it could escape, special-token, reasoning and tool-call text it
+could cut at, an empty string) must render as exactly prefix + content + suffix. A
+template that reads the date (``strftime_now``) is never treated as local (the memo
+would freeze the date). The probes cannot prove either property for every input, so
+one in ``check_every`` assembled prompts is also rendered whole and compared; a
+mismatch turns the memo off for that tool list for good (counted in
+``num_check_failures``). Where the memo does not apply (:meth:`ChatPieces.pieces`
+returns None), the caller renders the whole prompt.
+
+Not thread-safe: one instance per thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from kvroute.errors import KvrouteError
+from kvroute.trace.tokenizer import ChatTokenizer
+from kvroute.types import Message, TokenIds
+
+logger = logging.getLogger("kvroute.gateway.chat_pieces")
+
+_PROBE_CONVERSATIONS: tuple[tuple[tuple[str, str], ...], ...] = (
+    (("system", "Probe system A."), ("user", "Probe user 1?"), ("assistant", "Probe reply 1.")),
+    (("system", "Probe system B."), ("user", "u1"), ("assistant", "a1"), ("user", "u2")),
+    (("user", "Probe user 1?"), ("assistant", "Probe reply 1."), ("user", "Probe user 2?")),
+    (("user", "Only one message."),),
+    (("system", "Only a system message."),),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One message's share of the prompt text, and its token ids (no BOS/EOS)."""
+
+    text: str
+    ids: TokenIds
+    starts_at_added_token: bool
+    """The text begins with an added token, so its ids follow any text's ids unchanged."""
+
+
+# Contents a template might treat other than verbatim: whitespace it could trim, JSON
+# and Jinja syntax it could escape, special-token text, reasoning and tool-call tags it
+# could cut at, an empty string it could skip, text outside ASCII.
+_CONTENT_PROBES = (
+    "kvroute-content-probe-7f3a",
+    "  padded both sides \n\n",
+    "",
+    '{"json": [1, 2]} \\ \' "',
+    "<|im_end|><|im_start|>user<|endoftext|></s><s>",
+    "<think>reasoning</think>answer",
+    "<tool_call>{}</tool_call><tool_response>",
+    "line one\nline two\n",
+    "naïve 日本語 🙂",
+    "{{ not jinja }} {% raw %}",
+)
+
+
+@dataclass(slots=True)
+class _ToolsState:
+    local: bool
+    gen: Piece | None = None
+    affixes: dict[tuple[str, bool], tuple[str, str] | None] = field(default_factory=dict)
+    """Per role, as the first message or a later one: the text around a message's
+    content when the template writes string content verbatim (None: it does not,
+    render such messages)."""
+
+
+class ChatPieces:
+    """Memoised message-by-message rendering for message-local chat templates."""
+
+    def __init__(
+        self,
+        tokenizer: ChatTokenizer,
+        make_piece: Callable[[str], Piece],
+        *,
+        max_pieces: int = 50_000,
+        check_every: int = 256,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.max_pieces = max_pieces
+        self.check_every = check_every
+        self.num_check_failures = 0
+        self.num_hits = 0
+        self.num_misses = 0
+        self._make_piece = make_piece
+        template = tokenizer.chat_template
+        self._possible = (
+            template is not None
+            and "strftime_now" not in template
+            and tokenizer.suffix_ids.size == 0  # a stripped trailing EOS breaks the differences
+        )
+        self._tools: dict[bytes | None, _ToolsState] = {}
+        self._pieces: OrderedDict[tuple[bytes | None, bool, object], Piece] = OrderedDict()
+        self._num_assembled = 0
+
+    def pieces(
+        self, messages: Sequence[Message], tools: Sequence[Any] | None
+    ) -> list[Piece] | None:
+        """The prompt's pieces (generation prompt last), or None when the caller must
+        render the whole prompt (template not message-local here, odd messages, a
+        template error on a one-message window)."""
+        if not self._possible or not messages:
+            return None
+        try:
+            tools_key = orjson.dumps(tools) if tools else None
+            keys = [_message_key(m) for m in messages]
+        except (TypeError, orjson.JSONEncodeError):
+            return None
+        state = self._tools.get(tools_key)
+        if state is None:
+            state = self._probe(tools_key, tools)
+        if not state.local:
+            return None
+        try:
+            out = self._assemble(messages, keys, tools_key, tools, state)
+            if out is not None:
+                self._num_assembled += 1
+                if self._num_assembled % self.check_every == 0:
+                    out = self._check(messages, tools, state, out)
+        except KvrouteError:
+            return None
+        return out
+
+    def _assemble(
+        self,
+        messages: Sequence[Message],
+        keys: list[object],
+        tools_key: bytes | None,
+        tools: Sequence[Any] | None,
+        state: _ToolsState,
+    ) -> list[Piece] | None:
+        memo = self._pieces
+        out: list[Piece] = []
+        first = messages[0]
+        base = ""  # the first message's text: every window starts with it
+        for i, (message, key) in enumerate(zip(messages, keys, strict=True)):
+            memo_key = (tools_key, i == 0, key)
+            piece = memo.get(memo_key)
+            if piece is not None:
+                self.num_hits += 1
+                memo.move_to_end(memo_key)
+            else:
+                self.num_misses += 1
+                plain = key if isinstance(key, tuple) else None
+                affix = self._affix(state, plain[0], i == 0, first, base, tools) if plain else None
+                if plain and affix is not None:
+                    text = affix[0] + plain[1] + affix[1]
+                elif i == 0:
+                    text = self._render([first], tools, False)
+                else:
+                    window = self._render([first, message], tools, False)
+                    if not window.startswith(base):
+                        return None
+                    text = window[len(base) :]
+                piece = memo[memo_key] = self._make_piece(text)
+                if len(memo) > self.max_pieces:
+                    memo.popitem(last=False)
+            if i == 0:
+                base = piece.text
+            out.append(piece)
+        if state.gen is None:
+            with_gen = self._render([first], tools, True)
+            if not with_gen.startswith(base):
+                return None
+            state.gen = self._make_piece(with_gen[len(base) :])
+        out.append(state.gen)
+        return out
+
+    def _render(self, messages: Sequence[Message], tools: Sequence[Any] | None, gen: bool) -> str:
+        return self.tokenizer.render_chat(
+            list(messages), list(tools) if tools else None, add_generation_prompt=gen
+        )
+
+    def _affix(
+        self,
+        state: _ToolsState,
+        role: str,
+        is_first: bool,
+        first: Message,
+        base: str,
+        tools: Sequence[Any] | None,
+    ) -> tuple[str, str] | None:
+        """The text before and after a ``role`` message's string content (as the first
+        message or a later one), when every content probe renders as exactly that text
+        around it."""
+        if (role, is_first) in state.affixes:
+            return state.affixes[role, is_first]
+        affix: tuple[str, str] | None = None
+        try:
+            texts: list[str] = []
+            for probe in _CONTENT_PROBES:
+                message = {"role": role, "content": probe}
+                if is_first:
+                    texts.append(self._render([message], tools, False))
+                    continue
+                window = self._render([first, message], tools, False)
+                if not window.startswith(base):
+                    break
+                texts.append(window[len(base) :])
+            else:
+                at = texts[0].find(_CONTENT_PROBES[0])
+                before, after = texts[0][:at], texts[0][at + len(_CONTENT_PROBES[0]) :]
+                if at >= 0 and all(
+                    text == before + probe + after
+                    for text, probe in zip(texts, _CONTENT_PROBES, strict=True)
+                ):
+                    affix = (before, after)
+        except KvrouteError:
+            affix = None
+        state.affixes[role, is_first] = affix
+        return affix
+
+    def _probe(self, tools_key: bytes | None, tools: Sequence[Any] | None) -> _ToolsState:
+        """Whether the template is message-local with these tools, on the probes."""
+        local = True
+        try:
+            for conversation in _PROBE_CONVERSATIONS:
+                messages = [{"role": role, "content": content} for role, content in conversation]
+                full = self._render(messages, tools, True)
+                trial = ChatPieces(self.tokenizer, _text_only, check_every=1 << 62)
+                keys = [_message_key(m) for m in messages]
+                pieces = trial._assemble(messages, keys, tools_key, tools, _ToolsState(True))
+                if pieces is None or "".join(p.text for p in pieces) != full:
+                    local = False
+                    break
+        except KvrouteError:
+            local = False
+        if len(self._tools) >= 1024:
+            self._tools.clear()  # a bound: tool lists are few, a new one is probed again
+        state = self._tools[tools_key] = _ToolsState(local)
+        return state
+
+    def _check(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Any] | None,
+        state: _ToolsState,
+        pieces: list[Piece],
+    ) -> list[Piece] | None:
+        """Render the whole prompt and compare; a mismatch turns the memo off."""
+        if self._render(messages, tools, True) == "".join(p.text for p in pieces):
+            return pieces
+        self.num_check_failures += 1
+        state.local = False
+        logger.warning(
+            "chat template is not message-local for this tool list: rendering whole prompts"
+        )
+        return None
+
+
+def _message_key(message: Message) -> object:
+    """A hashable stand-in for a message: (role, content) for the plain shape, its JSON
+    otherwise (raises TypeError/JSONEncodeError for what JSON cannot hold)."""
+    if not isinstance(message, dict):
+        raise TypeError("a message is not an object")
+    if len(message) == 2:
+        role, content = message.get("role"), message.get("content")
+        if type(role) is str and type(content) is str:
+            return (role, content)
+    return orjson.dumps(message)
+
+
+def _text_only(text: str) -> Piece:
+    return Piece(text, np.zeros(0, dtype=np.uint32), False)
