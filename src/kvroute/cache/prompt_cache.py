@@ -22,7 +22,7 @@ is one key comparison, because keys are chained.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kvroute.cache.base import U64, CacheSeq, common_prefix_len
 from kvroute.types import TokenIds
@@ -39,35 +39,6 @@ class SavedPrompt:
     num_tokens: int
     unit_tokens: int
     token_ids: TokenIds | None = None
-    _ends: tuple[int, int, int] = field(init=False, repr=False)
-    """Number of keys, first key, last key (Python ints; -1 when there are none)."""
-    _list: list[int] = field(init=False, repr=False)
-    """``keys`` as Python ints: list indexing is several times cheaper than numpy's."""
-
-    def __post_init__(self) -> None:
-        keys = self.keys.tolist()
-        ends = (len(keys), keys[0], keys[-1]) if keys else (0, -1, -1)
-        object.__setattr__(self, "_ends", ends)
-        object.__setattr__(self, "_list", keys)
-
-    def _lcp_list(self, keys: list[int], num_tokens: int) -> int:
-        """:meth:`lcp_tokens` for keys given as a list of ints."""
-        a = self._list
-        n = min(len(a), len(keys))
-        if n == 0 or a[0] != keys[0]:
-            return 0
-        if a[n - 1] == keys[n - 1]:
-            m = n
-        else:
-            lo, hi = 1, n - 1  # a[:lo] == keys[:lo]; a[hi] != keys[hi]
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if a[mid] == keys[mid]:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            m = lo
-        return min(m * self.unit_tokens, self.num_tokens, num_tokens)
 
     def lcp_tokens(self, keys: U64, num_tokens: int) -> int:
         """Tokens shared with a sequence given by its keys and length."""
@@ -80,15 +51,12 @@ class SavedPrompt:
 
     def contains(self, other: SavedPrompt) -> bool:
         """Whether ``other``'s tokens are a prefix of this state's (LCP == other's length)."""
+        k = len(other.keys)
         if other.num_tokens == 0:
             return True
-        k, _, last = other._ends
-        if k * other.unit_tokens < other.num_tokens or other.num_tokens > self.num_tokens:
-            return False  # not fully keyed, or longer
-        n = self._ends[0]
-        if k == n:
-            return self._ends[2] == last
-        return k < n and self._list[k - 1] == last
+        if not other.fully_keyed or k > len(self.keys) or other.num_tokens > self.num_tokens:
+            return False
+        return bool(self.keys[k - 1] == other.keys[k - 1])
 
 
 class SaveResult(enum.Enum):
@@ -112,6 +80,9 @@ class HostPromptCache:
         self.saved_tokens = 0
         self.loaded_tokens = 0
 
+    def _group(self, keys: U64) -> list[SavedPrompt]:
+        return self._by_first.get(int(keys[0]), []) if len(keys) else []
+
     @property
     def states(self) -> list[SavedPrompt]:
         """The saved states, oldest first."""
@@ -121,11 +92,12 @@ class HostPromptCache:
         for s in gone:
             del self._order[id(s)]
             self.total_tokens -= s.num_tokens
-            if s._ends[0]:
-                first = s._ends[1]
-                group = self._by_first[first]
-                group.remove(s)  # eq=False: by identity
-                if not group:
+            if len(s.keys):
+                first = int(s.keys[0])
+                group = [x for x in self._by_first[first] if x is not s]
+                if group:
+                    self._by_first[first] = group
+                else:
                     del self._by_first[first]
 
     def save(self, state: SavedPrompt) -> SaveResult:
@@ -134,23 +106,20 @@ class HostPromptCache:
         n = state.num_tokens
         if n == 0:
             return SaveResult.EMPTY
-        group = self._by_first.get(state._ends[1], []) if state._ends[0] else []
-        inside = []
-        for s in group:
-            if s.contains(state):
-                return SaveResult.CONTAINED
-            if state.contains(s):
-                inside.append(s)
+        group = self._group(state.keys)
+        if any(s.contains(state) for s in group):
+            return SaveResult.CONTAINED
         limit = self.limit_tokens
         if limit is not None and n > limit:
             return SaveResult.TOO_LARGE
+        inside = [s for s in group if state.contains(s)]
         if inside:
             self._forget(inside)
         if limit is not None:
             self._shrink(limit - n)
         self._order[id(state)] = state
-        if state._ends[0]:
-            self._by_first.setdefault(state._ends[1], []).append(state)
+        if len(state.keys):
+            self._by_first.setdefault(int(state.keys[0]), []).append(state)
         self.total_tokens += n
         self.saved_tokens += n
         return SaveResult.SAVED
@@ -160,14 +129,13 @@ class HostPromptCache:
         total = prompt.num_tokens
         if total == 0:
             return None
-        keys = prompt.keys.tolist()
-        lcp = current._lcp_list(keys, total) if current is not None else 0
+        lcp = current.lcp_tokens(prompt.keys, total) if current is not None else 0
         has_current = current is not None and current.num_tokens > 0
         f_keep_best = lcp / current.num_tokens if current is not None and has_current else -1.0
         f_sim_best = lcp / total
         best = None
-        for s in self._by_first.get(keys[0], []) if keys else []:
-            cur = s._lcp_list(keys, total)
+        for s in self._group(prompt.keys):
+            cur = s.lcp_tokens(prompt.keys, total)
             f_keep = cur / s.num_tokens
             f_sim = cur / total
             if f_keep < MIN_KEEP:
@@ -192,8 +160,6 @@ class HostPromptCache:
 
     def _shrink(self, budget: int) -> None:
         total = self.total_tokens
-        if total <= budget:
-            return
         gone = []
         for s in self._order.values():
             if total <= budget:
