@@ -190,7 +190,8 @@ def run_vllm(
 def run_kvroute(
     url: str, model: str, prompts: list[str], args: argparse.Namespace
 ) -> dict[str, Any]:
-    from kvroute.bench.runner import Endpoint, RunOptions, run_bench, workload_info
+    from kvroute.bench.run_options import Endpoint, RunOptions
+    from kvroute.bench.runner import run_bench, workload_info
     from kvroute.bench.schedule import Arrival, ClosedLoop, OpenLoop
     from kvroute.bench.scrape import CacheMode
     from kvroute.bench.workloads.base import Api, BenchRequest

@@ -135,7 +135,8 @@ def _requests(n: int) -> list[Any]:
 def _open_loop(
     url: str, rate: float, seconds: float, workers: int, *, spare: int = 2, spin_s: float = 0.0
 ) -> dict[str, Any]:
-    from kvroute.bench.runner import Endpoint, RunOptions, run_bench, workload_info
+    from kvroute.bench.run_options import Endpoint, RunOptions
+    from kvroute.bench.runner import run_bench, workload_info
     from kvroute.bench.schedule import Arrival, OpenLoop
     from kvroute.bench.scrape import CacheMode
 
@@ -212,7 +213,8 @@ def _ms(v: float | None) -> float | None:
 
 
 def _closed_kvroute(url: str, n: int, users: int) -> dict[str, Any]:
-    from kvroute.bench.runner import Endpoint, RunOptions, run_bench, workload_info
+    from kvroute.bench.run_options import Endpoint, RunOptions
+    from kvroute.bench.runner import run_bench, workload_info
     from kvroute.bench.schedule import ClosedLoop
     from kvroute.bench.scrape import CacheMode
 

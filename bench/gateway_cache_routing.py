@@ -56,7 +56,8 @@ import httpx
 from kvroute.bench.export import analyze_workload
 from kvroute.bench.metrics import ttft_s
 from kvroute.bench.record import Outcome
-from kvroute.bench.runner import Endpoint, RunOptions, run_bench, workload_info
+from kvroute.bench.run_options import Endpoint, RunOptions
+from kvroute.bench.runner import run_bench, workload_info
 from kvroute.bench.schedule import ClosedLoop
 from kvroute.bench.scrape import CacheMode
 from kvroute.bench.workloads.base import BenchRequest

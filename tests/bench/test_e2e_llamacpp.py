@@ -7,7 +7,8 @@ import pytest
 
 from kvroute.bench.record import Outcome
 from kvroute.bench.result import BenchResult
-from kvroute.bench.runner import Endpoint, RunOptions, run_bench, workload_info
+from kvroute.bench.run_options import Endpoint, RunOptions
+from kvroute.bench.runner import run_bench, workload_info
 from kvroute.bench.schedule import ClosedLoop
 from kvroute.bench.scrape import CacheMode
 from kvroute.bench.workloads.registry import generate

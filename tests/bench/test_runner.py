@@ -14,14 +14,8 @@ from bench.fake_upstream import fake_upstream
 from kvroute.bench.compare import compare
 from kvroute.bench.record import ErrorKind, Outcome
 from kvroute.bench.result import load_result, write_result
-from kvroute.bench.runner import (
-    Endpoint,
-    RunOptions,
-    SideBySide,
-    request_body,
-    run_bench,
-    workload_info,
-)
+from kvroute.bench.run_options import Endpoint, RunOptions, SideBySide
+from kvroute.bench.runner import request_body, run_bench, workload_info
 from kvroute.bench.schedule import Arrival, CancelSpec, ClosedLoop, OpenLoop
 from kvroute.bench.scrape import CacheMode
 from kvroute.bench.workloads.base import Api, BenchRequest, StructuredKind

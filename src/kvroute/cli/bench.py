@@ -235,7 +235,8 @@ def bench_group(
     from kvroute.bench.export import analyze_workload
     from kvroute.bench.metrics import Slo
     from kvroute.bench.result import write_result
-    from kvroute.bench.runner import Endpoint, RunOptions, SideBySide, run_bench, workload_info
+    from kvroute.bench.run_options import Endpoint, RunOptions, SideBySide
+    from kvroute.bench.runner import run_bench, workload_info
     from kvroute.bench.scrape import CacheMode
     from kvroute.bench.workloads.registry import generate
     from kvroute.report.bench_console import render_result
