@@ -23,14 +23,9 @@ from gateway.fake_upstream import FakeUpstream
 from gateway.harness import LoopThread, running_gateway
 from kvroute.analyze.run import analyze_requests
 from kvroute.engines.state import EngineRecord
-from kvroute.gateway.capture import (
-    CaptureConfig,
-    CaptureEvent,
-    TraceCapture,
-    capture_record,
-    capture_records,
-)
+from kvroute.gateway.capture import CaptureConfig, TraceCapture
 from kvroute.gateway.capture_files import RotatingTraceFile
+from kvroute.gateway.capture_records import CaptureEvent, capture_record, capture_records
 from kvroute.gateway.config import parse_config
 from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.trace.formats.base import ReadOptions, RecordError

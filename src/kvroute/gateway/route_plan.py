@@ -14,7 +14,8 @@ from typing import Any
 
 from kvroute.gateway.backends import Backend
 from kvroute.gateway.cache_routing import CacheRouter
-from kvroute.gateway.capture import TraceCapture, capture_event
+from kvroute.gateway.capture import TraceCapture
+from kvroute.gateway.capture_records import capture_event
 from kvroute.gateway.config import SessionConfig
 from kvroute.gateway.policies.base import PickInput
 from kvroute.gateway.policies.registry import CACHE_AWARE
