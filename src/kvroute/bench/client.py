@@ -20,8 +20,6 @@ from kvroute.bench.pool import ConnectionPool
 from kvroute.bench.record import ErrorKind, Outcome, RequestRecord
 from kvroute.bench.stream_sink import StreamSink
 
-_ERROR_BODY_BYTES = 2048
-
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
