@@ -228,7 +228,8 @@ def test_overlap_from_capture_without_a_cache_aware_route(
         deadline = time.monotonic() + 10.0
         while True:  # capture's worker hands its records over every flush interval
             data = client.get("/kvroute/status", params={"format": "json"}).json()
-            if data["window"]["num_requests"] == 12 or time.monotonic() > deadline:
+            settled = data["window"]["num_requests"] == 12 and data["band"] is not None
+            if settled or time.monotonic() > deadline:  # the band settles after band_hold_s
                 break
             time.sleep(0.05)
     assert data["window"]["num_requests"] == 12 and data["window"]["num_tokenized"] == 12
