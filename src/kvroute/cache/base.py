@@ -32,10 +32,6 @@ from kvroute.types import TokenIds
 U64 = npt.NDArray[np.uint64]
 
 
-class InvariantViolation(AssertionError):
-    """A cache model's internal state broke one of its invariants: a bug in kvroute."""
-
-
 @dataclass(slots=True)
 class CacheSeq:
     """A token sequence as the cache models see it. Read-only by convention: not frozen
@@ -132,16 +128,6 @@ class Admission:
 
 NO_ROOM = Admission(AdmitStatus.NO_ROOM)
 TOO_LARGE = Admission(AdmitStatus.TOO_LARGE)
-
-
-class Admitted(dict[int, Admission]):
-    """ADMITTED admissions by cached tokens, each built once (``admitted[hit]``): ``pin``
-    returns one per request and a frozen dataclass costs microseconds to build. A model
-    keeps one of these; the admissions are immutable, so sharing them is safe."""
-
-    def __missing__(self, cached_tokens: int) -> Admission:
-        adm = self[cached_tokens] = Admission(AdmitStatus.ADMITTED, cached_tokens)
-        return adm
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +253,7 @@ class PrefixCache(Protocol):
         ...
 
     def check_invariants(self) -> None:
-        """Raise :class:`InvariantViolation` if the state is inconsistent (free + cached +
+        """Raise :class:`~kvroute.cache.shared.InvariantViolation` if the state is inconsistent (free + cached +
         pinned != capacity, pinned data unaccounted, ...). Slow: for tests."""
         ...
 
@@ -275,9 +261,3 @@ class PrefixCache(Protocol):
 def units_for(num_tokens: int, unit_tokens: int) -> int:
     """Units needed to hold ``num_tokens`` (ceiling division)."""
     return -(-num_tokens // unit_tokens)
-
-
-def check(condition: bool, message: str) -> None:
-    """Raise :class:`InvariantViolation` with ``message`` unless ``condition`` holds."""
-    if not condition:
-        raise InvariantViolation(message)

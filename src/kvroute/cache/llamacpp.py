@@ -43,16 +43,15 @@ from kvroute.cache.base import (
     TOO_LARGE,
     Admission,
     AdmitStatus,
-    Admitted,
     CacheGeometry,
     CacheSeq,
     CacheStats,
     CacheUsage,
-    check,
     units_for,
 )
 from kvroute.cache.chunk_reuse import chunk_reuse as _chunk_reuse
 from kvroute.cache.prompt_cache import HostPromptCache, SavedPrompt, SaveResult
+from kvroute.cache.shared import Admitted, check
 
 MIB = 1 << 20
 _UNBOUNDED = 1 << 62

@@ -24,7 +24,8 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvroute.cache.base import U64, check
+from kvroute.cache.base import U64
+from kvroute.cache.shared import check
 
 Keys = list[int]
 """Chained unit keys as Python ints: indexing a list is several times cheaper than

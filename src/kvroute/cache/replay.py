@@ -20,6 +20,7 @@ is read except to report ``elapsed_s``.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import time
@@ -129,10 +130,18 @@ def replay(
     )
     seqs = _Seqs(requests, order, builder, schedule.output_tokens).chunks()
     out = _PerRequest(n)
-    if arrival is None:
-        peak_running = _sequential(model, seqs, out)
-    else:
-        peak_running = _timed(model, seqs, arrival.tolist(), order, schedule, timing, out)
+    # The replay makes millions of small objects and no garbage cycles: the cyclic
+    # collector would only rescan the models' live state (~10 % of the time on large pools).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        if arrival is None:
+            peak_running = _sequential(model, seqs, out)
+        else:
+            peak_running = _timed(model, seqs, arrival.tolist(), order, schedule, timing, out)
+    finally:
+        if collecting:
+            gc.enable()
     stats = model.stats()
     return ReplayOutcome(
         engine=model.name,

@@ -38,15 +38,14 @@ from kvroute.cache.base import (
     TOO_LARGE,
     Admission,
     AdmitStatus,
-    Admitted,
     CacheGeometry,
     CacheSeq,
     CacheStats,
     CacheUsage,
-    check,
     units_for,
 )
 from kvroute.cache.radix import EvictionPolicy, Keys, Node, RadixTree, Walk
+from kvroute.cache.shared import Admitted, check
 
 LPM_MAX_WAITING = 128
 IN_BATCH_PREFIX_TOKENS = 32

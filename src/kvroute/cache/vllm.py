@@ -23,42 +23,49 @@ copy. Memory for a request's output is taken when it starts (vLLM grows it durin
 and preempts when short; the replay has no decode steps). Chunked prefill, preemption,
 sliding-window and hybrid models are not modelled.
 
-Layout of the free queue (head evicted first)::
-
-    [ fresh: never used, a count ][ _queue_*: freed blocks, oldest first ......... tail ]
-
-``_state[block]`` is the block's reference count while pinned (> 0) and a unique negative
-tag while it waits in the free queue (< 0); it is never 0. A queue entry (``_queue_blocks[i]``,
-``_queue_tags[i]``) is live only while ``_state[block] == tag``: a hit takes a block out of
-the queue by changing its state, so touching, freeing and re-freeing are dictionary updates,
-not list surgery. Two orders along a sequence let binary searches replace per-block passes:
-cached blocks form a prefix, and reference counts never grow. Per-block work is left to
-plain loops (one dict store each), which on CPython 3.11 beat ``dict.update(zip(...))``.
+Layout, as in vLLM: block objects with a reference count, the hash they hold (``None``:
+none) and links in a doubly linked free queue (a sentinel block closes the ring), plus a
+hash -> block map of cached blocks. Blocks are created on first use. A hit block with
+reference count 0 leaves the queue in O(1); a finished request's blocks that drop to 0
+are appended at the tail. Allocation takes never-used blocks (and blocks emptied by
+:meth:`evict`) first, then pops the queue head, evicting the hash a popped block held.
+Written for the compiled build (``kvroute.cache.native``): plain loops and attribute
+updates on small objects, which mypyc turns into C struct accesses; hashes are kept as
+Python objects so they are never unboxed and boxed again. The Python source gives the
+same results.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress
-from operator import eq
 
 from kvroute.cache.base import (
     NO_ROOM,
     TOO_LARGE,
     Admission,
     AdmitStatus,
-    Admitted,
     CacheGeometry,
     CacheSeq,
     CacheStats,
     CacheUsage,
-    check,
 )
+from kvroute.cache.shared import Admitted, check
 
 _UNBOUNDED = 1 << 62
-_NEGATIVE = (0).__gt__
+
+
+class _Block:
+    """One physical KV block. Links point at the block itself while it is not queued."""
+
+    __slots__ = ("key", "next", "prev", "ref")
+
+    def __init__(self) -> None:
+        self.ref = 0
+        self.key: object = None
+        """The chained hash the block holds (cached), ``None`` when empty."""
+        self.prev: _Block = self
+        self.next: _Block = self
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +77,7 @@ class VllmConfig:
 
 
 class VllmPrefixCache:
-    """vLLM V1 prefix caching over blocks of ``unit_tokens`` tokens.
-
-    Blocks are named by their chained hash (>= 0) when cached, by a unique negative id
-    while empty. Never-used blocks are only counted (``_fresh``).
-    """
+    """vLLM V1 prefix caching over blocks of ``unit_tokens`` tokens."""
 
     name = "vllm"
 
@@ -83,21 +86,18 @@ class VllmPrefixCache:
         self._unit = geometry.block_size_tokens or config.block_size_tokens
         if geometry.capacity_tokens is None:
             self._num_blocks: int | None = None
-            self._fresh = _UNBOUNDED
+            self._limit = _UNBOUNDED
         else:
             self._num_blocks = max(geometry.capacity_tokens // self._unit - 1, 0)
-            self._fresh = self._num_blocks
-        self._queue_blocks: list[int] = []
-        self._queue_tags: list[int] = []
-        self._head = 0
-        """Entries before ``_head`` were popped; compacted now and then."""
-        self._state: dict[int, int] = {}
-        self._held: dict[int, tuple[list[int], int, int]] = {}
-        """Request id -> (its blocks in order, how many hold prompt hashes, how many no hash)."""
-        self._next_empty = -1
-        self._stamp = 0
-        self._closed = True
-        """Whether cached blocks are known to be prefix-closed along every sequence."""
+            self._limit = self._num_blocks
+        self._queue = _Block()
+        """The free queue's sentinel: ``_queue.next`` is the head, ``_queue.prev`` the tail."""
+        self._num_created = 0
+        self._spare: list[_Block] = []
+        """Blocks :meth:`evict` emptied: taken like never-used ones, before the queue."""
+        self._cached: dict[object, _Block] = {}
+        self._held: dict[int, tuple[list[_Block], int]] = {}
+        """Request id -> (its blocks in order, how many hold prompt hashes)."""
         self._num_queued = 0
         self._num_pinned = 0
         self._num_cached_free = 0
@@ -123,11 +123,16 @@ class VllmPrefixCache:
         """Blocks that may hit: full blocks only, at most ``num_tokens - 1`` tokens."""
         return max(0, min(seq.num_keys, (seq.num_tokens - 1) // self._unit))
 
+    def _num_fresh(self) -> int:
+        """Never-used blocks plus spare ones: allocated before the free queue."""
+        return self._limit - self._num_created + len(self._spare)
+
     def match(self, seq: CacheSeq) -> int:
-        state = self._state
+        cached = self._cached
+        keys: list[object] = seq.keys[: self._hit_limit(seq)].tolist()
         m = 0
-        for h in seq.keys[: self._hit_limit(seq)].tolist():
-            if h not in state:
+        for h in keys:
+            if h not in cached:
                 break
             m += 1
         return m * self._unit
@@ -141,147 +146,127 @@ class VllmPrefixCache:
             return TOO_LARGE
         if len(held) >= self.config.max_num_seqs:
             return NO_ROOM
-        state = self._state
-        keys: list[int] = seq.keys.tolist()
+        cached = self._cached
+        keys: list[object] = seq.keys.tolist()
         unit = self._unit
-        limit = max(0, min(len(keys), (seq.num_tokens - 1) // unit))
-        # Cached blocks are prefix-closed along a sequence (a block is freed no earlier than
-        # its children, so evicted no earlier), so a binary search finds where the hit ends.
-        # Only a generated block cached behind an uncached twin can break that; from then
-        # on the hit is confirmed block by block (None, a miss, ends it as a scan would).
-        m = bisect_left(range(limit), True, key=lambda i: keys[i] not in state)
-        if not self._closed:
-            found = list(map(state.get, keys[:m]))
-            if None in found:
-                m = found.index(None)
-        hits = keys[:m]
-        # Reference counts never grow along a sequence (whoever pins a block pins its
-        # prefix), so the pinned hits (> 0) come first and the queued ones (< 0) after.
-        pinned = bisect_left(hits, True, key=lambda h: state[h] < 0)
-        queued = m - pinned
+        num_tokens = seq.num_tokens
+        n_keys = len(keys)
+        limit = max(0, min(n_keys, (num_tokens - 1) // unit))
+        blocks: list[_Block] = []
+        queued = 0
+        for i in range(limit):
+            blk = cached.get(keys[i])
+            if blk is None:
+                break
+            blocks.append(blk)
+            if blk.ref == 0:
+                queued += 1
+        m = len(blocks)
         new = total - m
-        if new > self._fresh + self._num_queued - queued:
+        if new > self._num_fresh() + self._num_queued - queued:
             return NO_ROOM
-        if pinned:  # touch: reference counts go up; queued hits leave the free queue
-            for h in hits[:pinned]:
-                state[h] += 1
+        # touch: reference counts go up; hits with count 0 leave the free queue
+        for blk in blocks:
+            if blk.ref == 0:
+                p, q = blk.prev, blk.next
+                p.next = q
+                q.prev = p
+            blk.ref += 1
         if queued:
-            for h in hits[pinned:]:
-                state[h] = 1
             self._num_queued -= queued
             self._num_cached_free -= queued
             self._num_pinned += queued
         if new:
-            self._allocate(new)
-        # Cached blocks are prefix-closed (a block is freed no earlier than its children),
-        # so only the block after a capped hit can already be cached: vLLM recomputes it
-        # into a duplicate block, modelled as uncached.
-        own = keys[m : min(len(keys), seq.num_tokens // unit)]
-        dup = m == limit and bool(own) and own[0] in state
-        if dup:
-            own = [self._new_empty()]
-        n_empty = new - len(own)
-        n_neg = n_empty + dup  # blocks without a hash
-        blocks = hits + own
-        if own:
-            for h in own:
-                state[h] = 1
-        if n_empty:
-            first = self._next_empty
-            empties = range(first, first - n_empty, -1)
-            self._next_empty = first - n_empty
-            for b in empties:
-                state[b] = 1
-            blocks += empties
+            self._allocate(new, blocks)
+        # Only the block after a capped hit can already be cached (the L - 1 cap): vLLM
+        # recomputes it into a duplicate block, modelled as uncached. A prompt block whose
+        # hash another block already holds stays uncached the same way.
+        own_end = min(n_keys, num_tokens // unit)
+        for i in range(m, own_end):
+            h = keys[i]
+            if h not in cached:
+                blk = blocks[i]
+                cached[h] = blk
+                blk.key = h
         self._num_pinned += new
         self._peak_pinned = max(self._peak_pinned, self._num_pinned)
-        held[request_id] = (blocks, m + len(own), n_neg)
+        held[request_id] = (blocks, max(own_end, m))
         return self._admitted[m * unit]
 
-    def _new_empty(self) -> int:
-        b = self._next_empty
-        self._next_empty -= 1
-        return b
-
-    def _allocate(self, n: int) -> None:
-        """Take ``n`` blocks from the free queue head, evicting the cached ones popped."""
-        take = min(self._fresh, n)
-        self._fresh -= take
-        n -= take
+    def _allocate(self, n: int, out: list[_Block]) -> None:
+        """Append ``n`` blocks with reference count 1 to ``out``: spare and never-used
+        ones first, then the free queue's head, evicting the hashes popped blocks held."""
+        spare = self._spare
+        while n and spare:
+            blk = spare.pop()
+            blk.ref = 1
+            out.append(blk)
+            n -= 1
+        grow = min(n, self._limit - self._num_created)
+        if grow:
+            self._num_created += grow
+            n -= grow
+            for _ in range(grow):
+                blk = _Block()
+                blk.ref = 1
+                out.append(blk)
         if not n:
             return
-        blocks, tags, state = self._queue_blocks, self._queue_tags, self._state
+        check(n <= self._num_queued, "the free queue ran out of blocks")
         self._num_queued -= n
-        check(self._num_queued >= 0, "the free queue ran out of live blocks")
-        # Pop live entries; stale ones (blocks touched or re-freed since) are skipped.
-        # A plain loop: at ~20 blocks a request it beats batched C passes over a guess.
-        head, get = self._head, state.get
+        queue, cached = self._queue, self._cached
         evicted = 0
-        while n:
-            b = blocks[head]
-            if get(b) == tags[head]:
-                del state[b]
-                n -= 1
-                if b >= 0:
-                    evicted += 1
-            head += 1
-        self._head = head
+        for _ in range(n):
+            blk = queue.next
+            q = blk.next
+            queue.next = q
+            q.prev = queue
+            blk.prev = blk.next = blk
+            h = blk.key
+            if h is not None:
+                del cached[h]
+                blk.key = None
+                evicted += 1
+            blk.ref = 1
+            out.append(blk)
         if evicted:
             self._num_cached_free -= evicted
             self._evicted_blocks += evicted
             self._num_evictions += 1
-        if head > 4096 and 2 * head > len(blocks):
-            del blocks[:head]
-            del tags[:head]
-            self._head = 0
 
     def unpin(self, request_id: int, final: CacheSeq) -> None:
-        blocks, start, n_neg = self._held.pop(request_id)
-        state = self._state
+        blocks, start = self._held.pop(request_id)
+        cached = self._cached
         n_full = min(final.num_keys, final.num_tokens // self._unit, len(blocks))
         if n_full > start:
             # Blocks filled by generated tokens get their hashes (vLLM caches them).
-            fkeys: list[int] = final.keys[start:n_full].tolist()
-            for i, h in enumerate(fkeys, start):
-                b = blocks[i]
-                if b < 0 and h not in state:
-                    del state[b]
-                    state[h] = 1
-                    blocks[i] = h
-                    n_neg -= 1
-                else:
-                    self._closed = False
-        # Reference counts never grow along a sequence, so the blocks that other requests
-        # still hold come first; the rest drop to 0 and are freed.
-        kept = bisect_left(blocks, True, key=lambda b: state[b] == 1)
-        if kept:
-            for b in blocks[:kept]:
-                state[b] -= 1
-        freed = blocks[kept:]
-        n = len(freed)
-        if n:
-            freed.reverse()  # a sequence's tail goes to the queue first: evicted first
-            base = -self._stamp - 1
-            self._stamp += n
-            tags = range(base, base - n, -1)
-            for b, t in zip(freed, tags, strict=True):
-                state[b] = t
-            self._queue_blocks += freed
-            self._queue_tags += tags
-            self._num_queued += n
-            self._num_pinned -= n
-            self._num_cached_free += n - n_neg
-            if len(self._queue_blocks) - self._head > 4 * self._num_queued + (1 << 18):
-                self._compact()
-
-    def _compact(self) -> None:
-        """Drop queue entries of blocks that were touched or re-freed since they were queued."""
-        head, get = self._head, self._state.get
-        blocks, tags = self._queue_blocks[head:], self._queue_tags[head:]
-        live = list(map(eq, map(get, blocks), tags))
-        self._queue_blocks = list(compress(blocks, live))
-        self._queue_tags = list(compress(tags, live))
-        self._head = 0
+            fkeys: list[object] = final.keys[start:n_full].tolist()
+            for i in range(start, n_full):
+                blk = blocks[i]
+                h = fkeys[i - start]
+                if blk.key is None and h not in cached:
+                    cached[h] = blk
+                    blk.key = h
+        # A sequence's tail goes to the queue first (evicted first); blocks that other
+        # requests still hold only lose a reference.
+        queue = self._queue
+        freed = 0
+        freed_cached = 0
+        for i in range(len(blocks) - 1, -1, -1):
+            blk = blocks[i]
+            blk.ref -= 1
+            if blk.ref == 0:
+                tail = queue.prev
+                tail.next = blk
+                blk.prev = tail
+                blk.next = queue
+                queue.prev = blk
+                freed += 1
+                if blk.key is not None:
+                    freed_cached += 1
+        self._num_queued += freed
+        self._num_pinned -= freed
+        self._num_cached_free += freed_cached
 
     def insert(self, seq: CacheSeq) -> int:
         rid = self._next_insert_id
@@ -294,18 +279,21 @@ class VllmPrefixCache:
 
     def evict(self, num_tokens: int) -> int:
         """Pop the free queue head until enough cached blocks are gone; popped blocks
-        become empty blocks (counted with the never-used ones)."""
-        blocks, tags, state = self._queue_blocks, self._queue_tags, self._state
+        become empty spare blocks (allocated like never-used ones)."""
+        queue, cached = self._queue, self._cached
         evicted = 0
-        while self._head < len(blocks) and evicted * self._unit < num_tokens:
-            b, tag = blocks[self._head], tags[self._head]
-            self._head += 1
-            if state.get(b) != tag:
-                continue
-            del state[b]
+        while queue.next is not queue and evicted * self._unit < num_tokens:
+            blk = queue.next
+            q = blk.next
+            queue.next = q
+            q.prev = queue
+            blk.prev = blk.next = blk
             self._num_queued -= 1
-            self._fresh += 1
-            if b >= 0:
+            self._spare.append(blk)
+            h = blk.key
+            if h is not None:
+                del cached[h]
+                blk.key = None
                 evicted += 1
         if evicted:
             self._num_cached_free -= evicted
@@ -341,33 +329,43 @@ class VllmPrefixCache:
         )
 
     def check_invariants(self) -> None:
-        state = self._state
         holders: dict[int, int] = {}
-        for blocks, start, n_neg in self._held.values():
-            check(len(set(blocks)) == len(blocks), "a request holds a block twice")
+        held: list[_Block] = []
+        for blocks, start in self._held.values():
+            check(len({id(b) for b in blocks}) == len(blocks), "a request holds a block twice")
             check(0 <= start <= len(blocks), "hash count out of range")
-            check(n_neg == sum(1 for b in blocks if b < 0), "hashless block count drifted")
-            refs = [state.get(b, 0) for b in blocks]
+            refs = [b.ref for b in blocks]
             check(refs == sorted(refs, reverse=True), "reference counts grow along a request")
             for b in blocks:
-                holders[b] = holders.get(b, 0) + 1
-        head = self._head
-        queue = zip(self._queue_blocks[head:], self._queue_tags[head:], strict=True)
-        live = [b for b, t in queue if state.get(b) == t]
-        check(len(live) == len(set(live)), "a block is queued twice")
-        check(len(live) == self._num_queued, "queued count drifted")
-        for b, r in state.items():
-            if r > 0:
-                check(r == holders.get(b, 0), f"block {b}: ref {r} != holders")
-            else:
-                check(b not in holders, f"block {b}: free but held")
-        check(set(live) == {b for b, r in state.items() if r < 0}, "free queue != free blocks")
-        check(all(b in state and state[b] > 0 for b in holders), "a held block is not pinned")
-        check(sum(1 for r in state.values() if r > 0) == self._num_pinned, "pinned count drifted")
-        check(sum(1 for b in live if b >= 0) == self._num_cached_free, "evictable count drifted")
-        check(self._fresh >= 0, "negative fresh blocks")
+                holders[id(b)] = holders.get(id(b), 0) + 1
+                held.append(b)
+        queue: list[_Block] = []
+        blk = self._queue.next
+        while blk is not self._queue and len(queue) <= self._num_created:
+            check(blk.prev.next is blk, "broken free-queue links")
+            check(blk.ref == 0, "a queued block is pinned")
+            queue.append(blk)
+            blk = blk.next
+        check(blk is self._queue, "the free queue does not end at its sentinel")
+        check(len({id(b) for b in queue}) == len(queue), "a block is queued twice")
+        check(len(queue) == self._num_queued, "queued count drifted")
+        for b in held:
+            check(b.ref == holders[id(b)], f"block {b.key}: ref {b.ref} != holders")
+        for h, b in self._cached.items():
+            check(b.key == h, "a block does not hold the hash mapped to it")
+        check(
+            {id(b) for b in self._cached.values()} <= {id(b) for b in [*held, *queue]},
+            "a cached block is neither held nor queued",
+        )
+        check(all(b.key is None for b in self._spare), "a spare block holds a hash")
+        check(len({id(b) for b in held}) == self._num_pinned, "pinned count drifted")
+        check(
+            sum(1 for b in queue if b.key is not None) == self._num_cached_free,
+            "evictable count drifted",
+        )
+        check(self._num_fresh() >= 0, "negative fresh blocks")
         if self._num_blocks is not None:
             check(
-                self._fresh + self._num_queued + self._num_pinned == self._num_blocks,
+                self._num_fresh() + self._num_queued + self._num_pinned == self._num_blocks,
                 "free + cached + pinned != capacity",
             )

@@ -1,0 +1,110 @@
+"""Build the compiled replay modules (see ``src/kvroute/cache/native.py``).
+
+Usage: ``scripts/build-native [--force]``. Needs mypy (a dev dependency: mypyc comes with
+it) and a C compiler. The build runs in a temporary copy of ``src/`` and only replaces
+``src/kvroute/cache/_native/`` when it succeeded, stamp last, so an interrupted or failed
+build leaves the package on its previous build or on the Python sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from kvroute.cache import native  # noqa: E402
+
+SETUP = """
+from mypyc.build import mypycify
+from setuptools import setup
+
+setup(
+    name="kvroute-native",
+    ext_modules=mypycify({files!r}, opt_level="3", group_name={group!r}),
+    script_args=["build_ext", "--inplace"],
+)
+"""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--force", action="store_true", help="rebuild even when current")
+    args = parser.parse_args()
+    usable, why = native.status()
+    if usable and not args.force:
+        print("[build-native] up to date", file=sys.stderr)
+        return 0
+    if os.environ.get("KVROUTE_NATIVE") == "0":
+        print("[build-native] KVROUTE_NATIVE=0: building anyway", file=sys.stderr)
+    print(
+        f"[build-native] compiling {len(native.COMPILED)} modules with mypyc ({why})",
+        file=sys.stderr,
+    )
+    started = time.monotonic()
+    digest = native.source_digest()
+    with tempfile.TemporaryDirectory(prefix="kvroute-native-") as tmp:
+        work = Path(tmp)
+        shutil.copytree(
+            ROOT / "src" / "kvroute",
+            work / "kvroute",
+            ignore=shutil.ignore_patterns("_native", "__pycache__"),
+        )
+        files = [f"kvroute/cache/{m}.py" for m in native.COMPILED]
+        (work / "setup_native.py").write_text(SETUP.format(files=files, group=native.GROUP))
+        env = {**os.environ, "MYPYPATH": str(work)}
+        done = subprocess.run(
+            [sys.executable, "setup_native.py"],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+            print(
+                "[build-native] error: the build failed (see above); kvroute keeps using "
+                "the Python sources",
+                file=sys.stderr,
+            )
+            return 1
+        built = sorted((work / "kvroute" / "cache").glob("*.so"))
+        if not built:
+            print("[build-native] error: mypyc produced no extension modules", file=sys.stderr)
+            return 1
+        staging = native.NATIVE_DIR.with_name("_native.new")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        for so in built:
+            shutil.copy2(so, staging / so.name)
+        stamp = {
+            "digest": digest,
+            "modules": list(native.COMPILED),
+            "python": sys.version.split()[0],
+        }
+        (staging / native.STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
+        shutil.rmtree(native.NATIVE_DIR, ignore_errors=True)
+        staging.rename(native.NATIVE_DIR)
+    if native.source_digest() != digest:
+        print(
+            "[build-native] warning: sources changed during the build; it is stale", file=sys.stderr
+        )
+    print(
+        f"[build-native] built {len(built)} extension modules in "
+        f"{time.monotonic() - started:.0f} s -> {native.NATIVE_DIR.relative_to(ROOT)}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
