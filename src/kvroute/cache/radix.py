@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from kvroute.cache.base import U64
 from kvroute.cache.shared import check
 
-Keys = list[int]
+Keys = list[object]
 """Chained unit keys as Python ints: indexing a list is several times cheaper than
-indexing a numpy array, and the tree indexes keys once per probe."""
+indexing a numpy array, and the tree indexes keys once per probe. Typed ``object`` so
+the compiled build passes them on as they are (an ``int`` would be unboxed on every
+read and boxed again for every dictionary probe)."""
 
 
 class EvictionPolicy(enum.Enum):
@@ -61,7 +63,7 @@ class Node:
         self.key = key
         self.size = len(key)
         self.parent = parent
-        self.children: dict[int, Node] = {}
+        self.children: dict[object, Node] = {}
         self.lock_ref = 0
         self.last_access = now
         self.created = now

@@ -264,7 +264,7 @@ class SglangPrefixCache:
                 parent = node.parent
                 check(parent is not None, f"a running request's node {node.nid} was evicted")
                 check(
-                    parent is None or parent.children.get(int(node.key[0])) is node,
+                    parent is None or parent.children.get(node.key[0]) is node,
                     "a running request's path is detached",
                 )
                 node = parent
