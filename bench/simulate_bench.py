@@ -12,7 +12,9 @@ Run:  .venv/bin/python bench/simulate_bench.py [--quick] [--only exactness|hash|
 3. Token-level speed: 100k requests of 2k-token prompts through each model — target
    < 60 s per model (`--quick`: 10k requests, extrapolated).
 
-Each timing is the median of several runs (one run for the large token trace) and counts
+The replay runs compiled when ``scripts/build-native`` has built it for the current
+sources (``"build"`` in the output says which); ``KVROUTE_NATIVE=0`` times the Python
+sources instead. Each timing is the median of several runs (one run for the large token trace) and counts
 the process's CPU time (``time.process_time``), not wall time: the machine is shared, and
 under load wall time mostly measures the neighbours. Wall seconds are reported next to it.
 Timings include building the hashed sequences.
@@ -35,6 +37,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from kvroute.analyze.prefix_index import lcp_tokens_bruteforce  # noqa: E402
 from kvroute.analyze.run import analyze_requests  # noqa: E402
+from kvroute.cache import native  # noqa: E402
 from kvroute.cache.base import CacheGeometry  # noqa: E402
 from kvroute.cache.registry import cache_models  # noqa: E402
 from kvroute.cache.replay import ReplayOutcome, replay  # noqa: E402
@@ -302,7 +305,8 @@ def main() -> None:
         "hash": lambda: hash_speed(20_000 if args.quick else 50_000, 3),
         "token": lambda: token_speed(10_000 if args.quick else 100_000, 100_000),
     }
-    results = {name: fn() for name, fn in parts.items() if args.only in (None, name)}
+    results: dict[str, object] = {"build": native.status()[1] if native.active() else "python"}
+    results.update({name: fn() for name, fn in parts.items() if args.only in (None, name)})
     print(json.dumps(results, indent=2))
 
 
