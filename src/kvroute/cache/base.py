@@ -58,6 +58,7 @@ class CacheSeq:
     num_units: int
     unit_tokens: int
     token_ids: TokenIds | None = None
+    _key_list: list[object] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.keys)
@@ -70,6 +71,15 @@ class CacheSeq:
     @property
     def num_keys(self) -> int:
         return len(self.keys)
+
+    def key_list(self) -> list[object]:
+        """``keys`` as a list of Python ints, converted once per sequence: the models read
+        keys one at a time, and a gateway asks several backends' models about the same
+        sequence before it pins it in one."""
+        keys = self._key_list
+        if keys is None:
+            keys = self._key_list = self.keys.tolist()
+        return keys
 
     def tokens_in(self, num_units: int) -> int:
         """Tokens covered by the first ``num_units`` units."""

@@ -127,7 +127,7 @@ class SglangPrefixCache:
         return walk, hit // self._align * self._align
 
     def match(self, seq: CacheSeq) -> int:
-        return self._hit(seq, seq.keys.tolist())[1]
+        return self._hit(seq, seq.key_list())[1]
 
     def pin(self, request_id: int, seq: CacheSeq, final_tokens: int) -> Admission:
         if request_id in self._running:
@@ -139,7 +139,7 @@ class SglangPrefixCache:
         if limit is not None and len(self._running) >= limit:
             return NO_ROOM
         tree = self._tree
-        keys = seq.keys.tolist()
+        keys = seq.key_list()
         walk, hit = self._hit(seq, keys)
         lock_units = hit // self._unit
         need = total - lock_units
@@ -212,12 +212,12 @@ class SglangPrefixCache:
         hits = [self.match(seq) for seq in waiting]
         # In-batch prefix caching: of several waiting requests that share a prefix no cache
         # holds yet, only the first goes early; the others wait for it to be cached.
-        seen: set[int] = set()
+        seen: set[object] = set()
         late: set[int] = set()
         for i, seq in enumerate(waiting):
             if hits[i] > IN_BATCH_PREFIX_TOKENS:
                 continue
-            keys = seq.keys.tolist()
+            keys = seq.key_list()
             m = 0
             while m < len(keys) and keys[m] in seen:
                 m += 1

@@ -129,10 +129,10 @@ class VllmPrefixCache:
 
     def match(self, seq: CacheSeq) -> int:
         cached = self._cached
-        keys: list[object] = seq.keys[: self._hit_limit(seq)].tolist()
+        keys = seq.key_list()
         m = 0
-        for h in keys:
-            if h not in cached:
+        for i in range(self._hit_limit(seq)):
+            if keys[i] not in cached:
                 break
             m += 1
         return m * self._unit
@@ -147,7 +147,7 @@ class VllmPrefixCache:
         if len(held) >= self.config.max_num_seqs:
             return NO_ROOM
         cached = self._cached
-        keys: list[object] = seq.keys.tolist()
+        keys = seq.key_list()
         unit = self._unit
         num_tokens = seq.num_tokens
         n_keys = len(keys)
@@ -184,9 +184,8 @@ class VllmPrefixCache:
         own_end = min(n_keys, num_tokens // unit)
         for i in range(m, own_end):
             h = keys[i]
-            if h not in cached:
-                blk = blocks[i]
-                cached[h] = blk
+            blk = blocks[i]
+            if cached.setdefault(h, blk) is blk:
                 blk.key = h
         self._num_pinned += new
         self._peak_pinned = max(self._peak_pinned, self._num_pinned)
@@ -243,10 +242,10 @@ class VllmPrefixCache:
             fkeys: list[object] = final.keys[start:n_full].tolist()
             for i in range(start, n_full):
                 blk = blocks[i]
-                h = fkeys[i - start]
-                if blk.key is None and h not in cached:
-                    cached[h] = blk
-                    blk.key = h
+                if blk.key is None:
+                    h = fkeys[i - start]
+                    if cached.setdefault(h, blk) is blk:
+                        blk.key = h
         # A sequence's tail goes to the queue first (evicted first); blocks that other
         # requests still hold only lose a reference.
         queue = self._queue
