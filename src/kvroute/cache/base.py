@@ -32,11 +32,11 @@ from kvroute.types import TokenIds
 U64 = npt.NDArray[np.uint64]
 
 
-@dataclass(slots=True)
 class CacheSeq:
-    """A token sequence as the cache models see it. Read-only by convention: not frozen
-    because a frozen dataclass costs 4x more to build, and the replay builds two per
-    request (bench/simulate_bench.py).
+    """A token sequence as the cache models see it. Read-only by convention. A plain class
+    with its own ``__init__``, not a dataclass: the replay builds two per request, and the
+    compiled build (``kvroute.cache.native``) would run a dataclass's generated
+    ``__init__`` interpreted (bench/simulate_bench.py).
 
     ``keys[i]`` is the chained hash of units ``0..i`` (``unit_tokens`` tokens each), so a
     shared prefix of keys is a shared prefix of tokens. ``num_units`` is the memory the
@@ -53,20 +53,34 @@ class CacheSeq:
     ======================  ===============================================
     """
 
-    keys: U64
-    num_tokens: int
-    num_units: int
-    unit_tokens: int
-    token_ids: TokenIds | None = None
-    _key_list: list[object] | None = field(default=None, init=False, repr=False, compare=False)
+    __slots__ = ("_key_list", "keys", "num_tokens", "num_units", "token_ids", "unit_tokens")
 
-    def __post_init__(self) -> None:
-        n = len(self.keys)
-        if not (n <= self.num_units and self.num_tokens <= self.num_units * self.unit_tokens):
+    def __init__(
+        self,
+        keys: U64,
+        num_tokens: int,
+        num_units: int,
+        unit_tokens: int,
+        token_ids: TokenIds | None = None,
+    ) -> None:
+        n = len(keys)
+        if not (n <= num_units and num_tokens <= num_units * unit_tokens):
             raise ValueError(
-                f"{n} keys / {self.num_tokens} tokens do not fit {self.num_units} units "
-                f"of {self.unit_tokens} tokens"
+                f"{n} keys / {num_tokens} tokens do not fit {num_units} units "
+                f"of {unit_tokens} tokens"
             )
+        self.keys = keys
+        self.num_tokens = num_tokens
+        self.num_units = num_units
+        self.unit_tokens = unit_tokens
+        self.token_ids = token_ids
+        self._key_list: list[object] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"CacheSeq({len(self.keys)} keys, num_tokens={self.num_tokens}, "
+            f"num_units={self.num_units}, unit_tokens={self.unit_tokens})"
+        )
 
     @property
     def num_keys(self) -> int:

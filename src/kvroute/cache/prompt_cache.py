@@ -22,7 +22,6 @@ is one key comparison, because keys are chained.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from kvroute.cache.base import U64, CacheSeq, common_prefix_len
 from kvroute.types import TokenIds
@@ -30,15 +29,20 @@ from kvroute.types import TokenIds
 MIN_KEEP = 0.25
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class SavedPrompt:
     """A slot's KV content: keys of its units, its length, and raw tokens when known.
-    Compared by identity."""
+    Read-only by convention; compared by identity. (A plain class: one is built per
+    finished request, and the compiled build runs a dataclass's ``__init__`` interpreted.)"""
 
-    keys: U64
-    num_tokens: int
-    unit_tokens: int
-    token_ids: TokenIds | None = None
+    __slots__ = ("keys", "num_tokens", "token_ids", "unit_tokens")
+
+    def __init__(
+        self, keys: U64, num_tokens: int, unit_tokens: int, token_ids: TokenIds | None = None
+    ) -> None:
+        self.keys = keys
+        self.num_tokens = num_tokens
+        self.unit_tokens = unit_tokens
+        self.token_ids = token_ids
 
     def lcp_tokens(self, keys: U64, num_tokens: int) -> int:
         """Tokens shared with a sequence given by its keys and length."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 import enum
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kvroute.cache.base import U64
 from kvroute.cache.shared import check
@@ -71,13 +70,16 @@ class Node:
         self.nid = nid
 
 
-@dataclass(frozen=True, slots=True)
 class Walk:
     """A read-only match: the nodes passed (with how many of their units matched) and the
-    matched length. Only the last step may be partial."""
+    matched length. Only the last step may be partial. (A plain class: one is built per
+    match, and the compiled build runs a dataclass's ``__init__`` interpreted.)"""
 
-    steps: list[tuple[Node, int]]
-    matched: int
+    __slots__ = ("matched", "steps")
+
+    def __init__(self, steps: list[tuple[Node, int]], matched: int) -> None:
+        self.steps = steps
+        self.matched = matched
 
 
 def _lcp(a: Keys, pos: int, end: int, b: Keys) -> int:

@@ -69,14 +69,18 @@ class SglangConfig:
     """``--max-running-requests``; ``None``: limited by memory only."""
 
 
-@dataclass(slots=True)
 class _Running:
-    node: Node
-    """Deepest locked node: the end of the prompt's keyed units in the tree."""
-    depth: int
-    """Units from the root to ``node``."""
-    owned: int
-    """Units held outside the tree (unkeyed tail, output reservation)."""
+    """A running request (a plain class: built per request, see radix.Walk)."""
+
+    __slots__ = ("depth", "node", "owned")
+
+    def __init__(self, node: Node, depth: int, owned: int) -> None:
+        self.node = node
+        """Deepest locked node: the end of the prompt's keyed units in the tree."""
+        self.depth = depth
+        """Units from the root to ``node``."""
+        self.owned = owned
+        """Units held outside the tree (unkeyed tail, output reservation)."""
 
 
 class SglangPrefixCache:
