@@ -23,9 +23,9 @@ direct: the maximum sustained rate.
 gateway core, the same config but one with a ``capture:`` section, get the same
 open-loop rate interleaved request by request (no direct target), ``--repeat`` times;
 the figure is each one's CPU per request (all threads, from /proc) and their ratio.
-``--distinct-prompts`` gives every request its own user message (a number in it), so
-capture meets a new message each time, as with real users; without it every request
-is the same body.
+``--distinct-prompts`` gives every request its own user message (a number in it, new in
+every repeat too), so capture meets a new message each time, as with real users;
+without it every request is the same body.
 
 Run: ``.venv/bin/python bench/gateway_overhead.py`` (``--quick`` for a short run).
 Writes ``bench/gateway_overhead_results.json``. Loopback only; every loop is
@@ -35,11 +35,9 @@ bounded in time.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import multiprocessing as mp
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -47,323 +45,37 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httptools
-import orjson
+sys.path.insert(0, str(Path(__file__).parent))
 
-HOST = "127.0.0.1"
-CHAT_PATH = "/v1/chat/completions"
+from gateway_load import (
+    HOST,
+    _body,
+    _closed_loop,
+    _cpu_s,
+    _free_port,
+    _one,
+    _open_loop,
+    _pcts,
+    _thread_cpu_s,
+    _wait_port,
+)
+from gateway_stub import _run_gateway, _run_stub
 
-
-# -- the stub upstream ------------------------------------------------------------------
-
-
-# no model_path / tokenizer_path: given one, sglang-router tries to download that
-# tokenizer from the Hugging Face hub (the stub has none)
-_STUB_MODEL_INFO = b'{"is_generation":true,"preferred_sampling_params":null}'
-_STUB_GET: dict[bytes, tuple[bytes, bytes]] = {
-    b"/health": (b"200 OK", b""),
-    b"/health_generate": (b"200 OK", b""),
-    b"/v1/models": (
-        b"200 OK",
-        b'{"object":"list","data":[{"id":"stub","object":"model","created":0,"owned_by":"stub"}]}',
-    ),
-    b"/get_model_info": (b"200 OK", _STUB_MODEL_INFO),
-    b"/model_info": (b"200 OK", _STUB_MODEL_INFO),
-    b"/get_server_info": (b"200 OK", b"{}"),
-    b"/server_info": (b"200 OK", b"{}"),
-}
-
-
-class _StubProtocol(asyncio.Protocol):
-    def __init__(self, tokens: int, interval_s: float) -> None:
-        self.tokens, self.interval_s = tokens, interval_s
-        self.parser = httptools.HttpRequestParser(self)
-        self.body = bytearray()
-        self.url = b""
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            # not HTTP/1.1: sglang-router probes for gRPC / HTTP/2 (PRI *) first
-            assert self.transport is not None
-            self.transport.close()
-
-    def on_message_begin(self) -> None:
-        self.body = bytearray()
-        self.url = b""
-
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-
-    def on_body(self, body: bytes) -> None:
-        self.body += body
-
-    def on_message_complete(self) -> None:
-        if self.parser.get_method() == b"GET":
-            # what routers probe before accepting a worker (bench/gateway_peers.py):
-            # liveness, the model list, and sglang's info endpoints; no streaming.
-            self._answer_get(self.url.split(b"?", 1)[0])
-            return
-        usage = b'"include_usage":true' in self.body
-        asyncio.get_running_loop().create_task(self._answer(usage))
-
-    def _answer_get(self, path: bytes) -> None:
-        t = self.transport
-        assert t is not None
-        status, body = _STUB_GET.get(path, (b"404 Not Found", b'{"error":"not found"}'))
-        t.write(
-            b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-            % (status, len(body), body)
-        )
-
-    async def _answer(self, usage: bool) -> None:
-        t = self.transport
-        assert t is not None
-        t.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-            b"transfer-encoding: chunked\r\n\r\n"
-        )
-        for i in range(self.tokens):
-            event = (
-                b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"stub",'
-                b'"choices":[{"index":0,"delta":{"content":"tok%d"},"finish_reason":null}]}\n\n' % i
-            )
-            t.write(b"%x\r\n%s\r\n" % (len(event), event))
-            if self.interval_s:
-                await asyncio.sleep(self.interval_s)
-        tail = b""
-        if usage:
-            tail += (
-                b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"stub",'
-                b'"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":%d,'
-                b'"total_tokens":%d}}\n\n' % (self.tokens, self.tokens + 10)
-            )
-        tail += b"data: [DONE]\n\n"
-        t.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))
-
-
-def _run_stub(port: int, tokens: int, interval_s: float, cpu: int) -> None:
-    os.sched_setaffinity(0, {cpu})
-    import uvloop
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: _StubProtocol(tokens, interval_s), HOST, port, backlog=4096
-        )
-        async with server:
-            await server.serve_forever()
-
-    uvloop.run(main())
-
-
-def _run_gateway(config_path: str, cpu: int) -> None:
-    os.sched_setaffinity(0, {cpu})
-    import uvloop
-
-    from kvroute.gateway.app import Gateway
-    from kvroute.gateway.config import load_config
-    from kvroute.gateway.service import serve_until_signalled
-
-    config = load_config(Path(config_path))
-    uvloop.run(serve_until_signalled(Gateway(config, config_path=Path(config_path))))
-
-
-# -- the load generator -----------------------------------------------------------------
-
-
-def _body(stream: bool = True, system_chars: int = 0, tag: str = "") -> bytes:
-    messages = [{"role": "user", "content": f"Say hello in a few words.{tag}"}]
-    if system_chars:
-        words = " ".join(f"rule{i % 97} applies" for i in range(system_chars // 14 + 1))
-        messages.insert(0, {"role": "system", "content": words[:system_chars]})
-    return orjson.dumps({"model": "stub", "messages": messages, "max_tokens": 16, "stream": stream})
-
-
-async def _one(transport: Any, body: bytes) -> tuple[float, float]:
-    from kvroute.gateway.upstream import UpstreamRequest
-
-    t0 = time.perf_counter()
-    exchange = await transport.send(
-        UpstreamRequest("POST", CHAT_PATH, (("content-type", "application/json"),), body),
-        connect_timeout_s=5.0,
-        head_timeout_s=10.0,
-    )
-    ttft = 0.0
-    while True:
-        data = await exchange.read(10.0)
-        if data is None:
-            break
-        if not ttft and data:
-            ttft = time.perf_counter() - t0
-    if exchange.status != 200:
-        raise RuntimeError(f"HTTP {exchange.status}")
-    return ttft, time.perf_counter() - t0
-
-
-async def _open_loop(
-    gw_url: str,
-    direct_url: str,
-    rate: float,
-    seconds: float,
-    body: bytes,
-    bodies: list[bytes] | None = None,
-) -> dict[str, Any]:
-    """``bodies``: send ``bodies[i % len(bodies)]`` as the i-th request (else ``body``)."""
-    from kvroute.gateway.upstream import PooledTransport
-
-    targets = {"gateway": PooledTransport(gw_url), "direct": PooledTransport(direct_url)}
-    results: dict[str, list[tuple[float, float]]] = {k: [] for k in targets}
-    errors: dict[str, int] = dict.fromkeys(targets, 0)
-    tasks: list[asyncio.Task[None]] = []
-
-    async def fire(name: str, data: bytes = body) -> None:
-        try:
-            results[name].append(await _one(targets[name], data))
-        except Exception:
-            errors[name] += 1
-
-    # warm-up: open connections
-    await asyncio.gather(*(fire(n) for n in targets for _ in range(20)))
-    for v in results.values():
-        v.clear()
-    interval = 1.0 / rate
-    start = time.perf_counter()
-    n = int(rate * seconds)
-    late = 0
-    for i in range(n):
-        due = start + i * interval
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        elif delay < -0.005:
-            late += 1
-        # both targets at the same moment, alternating which goes first
-        order = ("gateway", "direct") if i % 2 else ("direct", "gateway")
-        data = bodies[i % len(bodies)] if bodies else body
-        for name in order:
-            tasks.append(asyncio.get_running_loop().create_task(fire(name, data)))
-    await asyncio.wait_for(asyncio.gather(*tasks), timeout=60)
-    elapsed = time.perf_counter() - start
-    out: dict[str, Any] = {
-        "rate_per_target": rate,
-        "seconds": round(elapsed, 2),
-        "late_sends": late,
-    }
-    for name, samples in results.items():
-        ttfts = sorted(s[0] for s in samples)
-        e2es = sorted(s[1] for s in samples)
-        out[name] = {
-            "requests": len(samples),
-            "errors": errors[name],
-            "ttft_ms": _pcts(ttfts),
-            "e2e_ms": _pcts(e2es),
-        }
-    out["added_ms"] = {
-        metric: {
-            p: round(out["gateway"][metric][p] - out["direct"][metric][p], 3)
-            for p in ("p50", "p90", "p99")
-        }
-        for metric in ("ttft_ms", "e2e_ms")
-    }
-    for t in targets.values():
-        await t.aclose()
-    return out
-
-
-async def _closed_loop(url: str, concurrency: int, seconds: float, body: bytes) -> dict[str, Any]:
-    from kvroute.gateway.upstream import PooledTransport
-
-    transport = PooledTransport(url)
-    done = 0
-    errors = 0
-    stop_at = time.perf_counter() + seconds
-
-    async def worker() -> None:
-        nonlocal done, errors
-        while time.perf_counter() < stop_at:
-            try:
-                await _one(transport, body)
-                done += 1
-            except Exception:
-                errors += 1
-
-    await asyncio.gather(*(_one(transport, body) for _ in range(concurrency)))
-    start = time.perf_counter()
-    stop_at = start + seconds
-    await asyncio.wait_for(asyncio.gather(*(worker() for _ in range(concurrency))), seconds + 30)
-    elapsed = time.perf_counter() - start
-    await transport.aclose()
-    return {
-        "concurrency": concurrency,
-        "requests": done,
-        "errors": errors,
-        "req_per_s": round(done / elapsed, 1),
-    }
-
-
-def _pcts(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "mean": float("nan")}
-
-    def pct(q: float) -> float:
-        return round(values[min(len(values) - 1, int(q * len(values)))] * 1000, 3)
-
-    return {
-        "p50": pct(0.5),
-        "p90": pct(0.9),
-        "p99": pct(0.99),
-        "mean": round(statistics.fmean(values) * 1000, 3),
-    }
-
-
-def _cpu_s(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds of process ``pid`` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
-
-
-def _thread_cpu_s(pid: int) -> tuple[float, float]:
-    """CPU seconds (user + system) of process ``pid``'s main thread and of its other
-    threads (the capture worker among them)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    main, others = 0.0, 0.0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # the thread ended
-        cpu = (int(fields[11]) + int(fields[12])) / tick
-        if task.name == str(pid):
-            main += cpu
-        else:
-            others += cpu
-    return main, others
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _wait_port(port: int, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex((HOST, port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
+# gateway_peers.py and gateway_rollout.py import these from here.
+__all__ = [
+    "HOST",
+    "_body",
+    "_closed_loop",
+    "_cpu_s",
+    "_free_port",
+    "_one",
+    "_open_loop",
+    "_pcts",
+    "_run_gateway",
+    "_run_stub",
+    "_thread_cpu_s",
+    "_wait_port",
+]
 
 
 def _gateway_config(tmp: Path, name: str, port: int, stub_port: int, capture: bool) -> Path:
@@ -407,12 +119,14 @@ def _capture_compare(args: argparse.Namespace) -> None:
         import uvloop
 
         num_bodies = int(args.rate * args.seconds) + 64 if args.distinct_prompts else 0
-        bodies = [
-            _body(system_chars=args.system_chars, tag=f" Request {i}.") for i in range(num_bodies)
-        ]
         pids = {name: proc.pid for name, proc in gateways.items()}
         runs: list[dict[str, Any]] = []
-        for _ in range(args.repeat):
+        for repeat in range(args.repeat):
+            # distinct across repeats too: a repeat must not meet the last one's messages
+            bodies = [
+                _body(system_chars=args.system_chars, tag=f" Request {repeat}.{i}.")
+                for i in range(num_bodies)
+            ]
             before = {name: _thread_cpu_s(pid) for name, pid in pids.items() if pid is not None}
             run = uvloop.run(
                 _open_loop(

@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +23,21 @@ from gateway.harness import LoopThread, running_gateway
 from kvroute.analyze.run import analyze_requests
 from kvroute.engines.state import EngineRecord
 from kvroute.gateway.capture import CaptureConfig, TraceCapture
+from kvroute.gateway.capture_attrs import _PARSER_KEYS, _PLAIN_KEYS
 from kvroute.gateway.capture_files import RotatingTraceFile
-from kvroute.gateway.capture_records import CaptureEvent, capture_record, capture_records
+from kvroute.gateway.capture_records import (
+    CaptureEvent,
+    CaptureRecords,
+    capture_record,
+    capture_records,
+)
 from kvroute.gateway.config import parse_config
 from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.trace.formats.base import ReadOptions, RecordError
-from kvroute.trace.formats.openai_log import OpenAILogFormat
+from kvroute.trace.formats.openai_log import OpenAILogFormat, structured_output_kind
 from kvroute.trace.hashing import chain_hashes
 from kvroute.trace.readers import read_trace
-from kvroute.trace.records import BlockPrompt
+from kvroute.trace.records import BlockPrompt, StructuredOutput
 from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
 from kvroute.trace.writer import prompt_block_hashes
 
@@ -166,6 +171,70 @@ def test_full_queue_drops_and_counts(tmp_path: Path, tokenizer: ChatTokenizer) -
     assert sum(1 for _ in read_trace(captured_files(tmp_path)[0])) == 2
 
 
+def test_repeated_bodies_come_from_the_memo_byte_for_byte(
+    tmp_path: Path, tokenizer: ChatTokenizer
+) -> None:
+    """A stream that repeats bodies (some within one batch, some across batches, one
+    after it left the memo) writes what serialising each request's own record gives,
+    and the repeats are served from the memo, not tokenized again."""
+    bodies: list[dict[str, Any]] = [
+        {"model": "m", "messages": messages} for _, messages in conversations(2, 3)
+    ]
+    bodies += [{"prompt": "x" * 40}, {"prompt": [1, 2, 3]}, {"messages": []}]
+    stream = [bodies[i % len(bodies)] for i in range(3 * len(bodies))] + bodies[:2] * 3
+    events = [
+        event(orjson.loads(orjson.dumps(b)), None if i % 3 else f"s{i % 4}")._replace(
+            arrival_unix_s=100.0 + i * 0.0137, end_unix_s=101.0 + i * 0.0731, status=200 + i
+        )
+        for i, b in enumerate(stream)
+    ]
+    made = CaptureRecords(
+        PromptTokens(tokenizer), block_size_tokens=16, include_text=True, max_bodies=4
+    )
+    lines: list[bytes | Exception] = []
+    for start in range(0, len(events), 5):
+        lines += made.render(events[start : start + 5])[0]
+    for ev, line in zip(events, lines, strict=True):
+        try:
+            alone = capture_record(
+                ev, PromptTokens(tokenizer), block_size_tokens=16, include_text=True
+            )
+        except RecordError:
+            assert isinstance(line, RecordError)
+            continue
+        assert line == orjson.dumps(alone)
+    assert len(made._memo) <= 4
+    # A body seen twice is in the memo: the third time costs no tokenizing at all.
+    prompts = PromptTokens(tokenizer)
+    unbounded = CaptureRecords(prompts, block_size_tokens=16, include_text=False)
+    first = unbounded.render(events[: len(bodies)])[0]
+    unbounded.render(events[len(bodies) : 2 * len(bodies)])
+    work = prompts.num_piece_hits + prompts.num_piece_misses
+    third = unbounded.render(events[2 * len(bodies) : 3 * len(bodies)])[0]
+    assert prompts.num_piece_hits + prompts.num_piece_misses == work
+    assert [type(x) for x in third] == [type(x) for x in first]
+
+
+def test_written_lines_are_the_records(tmp_path: Path, tokenizer: ChatTokenizer) -> None:
+    """What the worker writes, and hands to ``on_records``, is each record as
+    :func:`capture_records` makes it."""
+    capture = TraceCapture(CaptureConfig(directory=str(tmp_path)), load=lambda _: tokenizer)
+    handed: list[dict[str, Any]] = []
+    capture.on_records = handed.extend
+    bodies = [{"model": "m", "messages": m} for _, m in conversations(2, 2)] * 2
+    events = [event(b)._replace(observe=i % 2 == 0) for i, b in enumerate(bodies)]
+    for ev in events:
+        capture.submit(ev)
+    capture.start()
+    capture.close()
+    expected = capture_records(
+        events, PromptTokens(tokenizer), block_size_tokens=16, include_text=False
+    )
+    lines = captured_files(tmp_path)[0].read_bytes().splitlines()[1:]
+    assert lines == [orjson.dumps(r) for r in expected]
+    assert handed == expected[::2]
+
+
 @pytest.mark.parametrize(
     "routes", ["", "routes: [{name: r, pool: default, policy: cache_aware}]\n"]
 )
@@ -193,7 +262,8 @@ def test_capture_to_analyze_round_trip(
                 )
                 assert r.status_code == 200
         metrics = gw.gateway.metrics
-        capture_prompts = gw.gateway.capture._prompts if gw.gateway.capture else None
+        capture_records = gw.gateway.capture._records if gw.gateway.capture else None
+        capture_prompts = capture_records.prompts if capture_records else None
     if routes:  # the route's token ids were taken: capture tokenized nothing itself
         assert capture_prompts is not None
         assert capture_prompts.num_piece_hits + capture_prompts.num_piece_misses == 0
@@ -400,8 +470,18 @@ def test_records_are_those_of_the_format_parser(
     assert rec.get("structured", "none") == attrs.structured_output.value
     ids = tokenizer.encode_chat(body["messages"], body.get("tools"))
     assert rec["hashes"] == prompt_block_hashes(ids, 16).tolist()
-    handed = replace(event(body), token_ids=(tokenizer.name, ids))
+    handed = event(body)._replace(token_ids=(tokenizer.name, ids))
     assert capture_record(handed, prompts, block_size_tokens=16, include_text=False) == rec
     # ids from another tokenizer are not taken
-    foreign = replace(event(body), token_ids=("another-model", ids[:1]))
+    foreign = event(body)._replace(token_ids=("another-model", ids[:1]))
     assert capture_record(foreign, prompts, block_size_tokens=16, include_text=False) == rec
+
+
+def test_plain_keys_never_ask_for_structured_output() -> None:
+    """Bodies whose keys are all in ``_PLAIN_KEYS`` skip the structured-output check:
+    no such key may make the format see structured output, whatever its value."""
+    values: list[Any] = [{"type": "json_object"}, {"type": "json_schema"}, "a+", ["a"], 1]
+    for key in _PLAIN_KEYS:
+        assert key not in _PARSER_KEYS
+        for value in values:
+            assert structured_output_kind({key: value}) is StructuredOutput.NONE, key

@@ -1,14 +1,15 @@
 """Capture: a privacy-preserving kvroute trace of the traffic the gateway forwards.
 
-The request path only hands a :class:`CaptureEvent` (references to the already
-decoded body and the request's counters: no copy, no tokenizing) to
-:meth:`TraceCapture.submit`, a deque append. One worker thread takes the queued events
-in batches, renders each prompt with the model's chat template, tokenizes it as the
-engine does (through the piece memo of :mod:`kvroute.gateway.prompt_tokens`, so
-repeated system prompts and conversation histories are encoded once), hashes the
-tokens into the chained block hashes of :mod:`kvroute.trace.hashing` (one vectorised
-pass per batch) and appends one kvroute trace record
-(:mod:`kvroute.trace.formats.native`) per request::
+The request path only hands a :class:`CaptureEvent` (a tuple of references to the
+already decoded body and the request's counters: no copy, no tokenizing) to
+:meth:`TraceCapture.submit`, a deque append. One worker thread wakes every
+``flush_interval_s``, takes what is queued in batches, renders each new prompt with the
+model's chat template, tokenizes it as the engine does (through the piece memo of
+:mod:`kvroute.gateway.prompt_tokens`, so repeated system prompts and conversation
+histories are encoded once), hashes the tokens into the chained block hashes of
+:mod:`kvroute.trace.hashing` (one vectorised pass per batch; a body seen before is
+not tokenized or hashed again: capture_records.py) and appends one kvroute trace
+record (:mod:`kvroute.trace.formats.native`) per request, one write per batch::
 
     {"t": 1764504000.125, "end_t": 1764504001.5, "session": "3f9c0e...", "model": "smollm2",
      "input_len": 1234, "output_len": 56, "hashes": [...], "class": "agent",
@@ -32,10 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from kvroute.gateway.capture_files import RotatingTraceFile
-from kvroute.gateway.capture_records import CaptureEvent, capture_records
+from kvroute.gateway.capture_records import CaptureEvent, CaptureRecords
 from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
 
@@ -89,7 +88,7 @@ class TraceCapture:
         self._pending: deque[CaptureEvent] = deque()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._prompts: PromptTokens | None = None
+        self._records: CaptureRecords | None = None
         self.on_records: Callable[[list[dict[str, Any]]], None] | None = None
         """Called on the worker thread with the written records of events marked
         ``observe`` (must be thread-safe: the gateway hands them to its event loop)."""
@@ -99,7 +98,11 @@ class TraceCapture:
         worker. Raises :class:`KvrouteError` when the tokenizer cannot be loaded."""
         if self._thread is not None:
             return
-        self._prompts = PromptTokens(self._load(self.config.tokenizer or None))
+        self._records = CaptureRecords(
+            PromptTokens(self._load(self.config.tokenizer or None)),
+            block_size_tokens=self.config.block_size_tokens,
+            include_text=self.config.include_text,
+        )
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="kvroute-capture", daemon=True)
         self._thread.start()
@@ -120,56 +123,39 @@ class TraceCapture:
         self._thread = None
 
     def _run(self) -> None:
-        prompts = self._prompts
-        assert prompts is not None
+        records = self._records
+        assert records is not None
         while True:
             stopping = self._stop.wait(self.config.flush_interval_s)
             while self._pending:
                 batch = [self._pending.popleft() for _ in range(min(512, len(self._pending)))]
-                self._write(prompts, batch)
+                self._write(records, batch)
             self.files.flush()
             if stopping:
                 break
         self.files.close()
 
-    def _write(self, prompts: PromptTokens, batch: list[CaptureEvent]) -> None:
+    def _write(self, records: CaptureRecords, batch: list[CaptureEvent]) -> None:
+        callback = self.on_records
         try:
-            records = capture_records(
-                batch,
-                prompts,
-                block_size_tokens=self.config.block_size_tokens,
-                include_text=self.config.include_text,
-            )
+            lines, observed = records.render(batch, observed=callback is not None)
         except Exception:  # the worker must outlive any odd batch
             self.num_failed += len(batch)
             logger.exception("capture failed on a batch of %d requests", len(batch))
             return
-        self._hand_over(batch, records)
-        lines: list[bytes] = []
-        for rec in records:
-            if isinstance(rec, Exception):
+        if callback is not None and observed:
+            try:
+                callback(observed)
+            except Exception:  # the writer must outlive a broken observer
+                logger.exception("capture's traffic observer failed")
+        written: list[bytes] = []
+        for line in lines:
+            if isinstance(line, Exception):
                 self.num_failed += 1
-                logger.warning("capture skipped a request: %s", rec)
+                logger.warning("capture skipped a request: %s", line)
             else:
-                lines.append(orjson.dumps(rec))
-        if lines:
-            self.files.write(b"\n".join(lines) + b"\n")
-            self.num_written += len(lines)
-
-    def _hand_over(
-        self, batch: list[CaptureEvent], records: list[dict[str, Any] | Exception]
-    ) -> None:
-        callback = self.on_records
-        if callback is None:
-            return
-        chosen = [
-            rec
-            for event, rec in zip(batch, records, strict=True)
-            if event.observe and not isinstance(rec, Exception)
-        ]
-        if not chosen:
-            return
-        try:
-            callback(chosen)
-        except Exception:  # the writer must outlive a broken observer
-            logger.exception("capture's traffic observer failed")
+                written.append(line)
+        if written:
+            written.append(b"")  # a line end after the last record too
+            self.files.write(b"\n".join(written))
+            self.num_written += len(written) - 1

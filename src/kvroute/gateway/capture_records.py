@@ -1,60 +1,44 @@
-"""Capture's records: what the request path hands over (:class:`CaptureEvent`, cheap
-references) and the kvroute trace record each event becomes on the worker thread
-(tokenized, hashed in one vectorised pass per batch, session ids pseudonymised, no text
-unless asked). Pure apart from the tokenizer's memo; :mod:`kvroute.gateway.capture`
-runs the worker and the files."""
+"""Capture's records: what the request path hands over (:class:`CaptureEvent`, a tuple
+of references) and the kvroute trace record each event becomes on the worker thread
+(tokenized, hashed in one vectorised pass per batch reusing the hashes of prefixes
+seen before: capture_hashes.py, session ids pseudonymised, no text unless asked).
+Pure apart from the memos; :mod:`kvroute.gateway.capture` runs the worker and the
+files.
+
+A record is the event's fields (times, status, session, model, usage, class, backend)
+followed by what the body alone decides (turn, messages, tools, structured output,
+the prompt's length and block hashes, its text when asked)::
+
+    {"t": ..., "end_t": ..., "status": 200, ..., "usage_prompt_tokens": 40, | "turn": 0, "messages": 1, "input_len": 37, "hashes": [...]}
+     <------------------ per event: built each time ------------------->   <--- per body: memoised, JSON included --->
+
+:class:`CaptureRecords` memoises the second part by the body's JSON, so a body seen
+before (a retry, a client that repeats its prompt) costs a dictionary lookup: no
+tokenizing, no hashing, no JSON for its hashes. The line written is the event part's
+JSON joined to the body part's, byte for byte what serialising the whole record gives.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-import numpy as np
+import orjson
 
 from kvroute.errors import KvrouteError
+from kvroute.gateway.capture_attrs import attr_fields
+from kvroute.gateway.capture_hashes import PrefixHasher
 from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.gateway.types import Request
-from kvroute.trace.formats.base import ReadOptions, RecordError
-from kvroute.trace.formats.openai_log import OpenAILogFormat, structured_output_kind
-from kvroute.trace.hashing import (
-    DEFAULT_SEED,
-    block_contents,
-    chain_hashes_batch,
-    extend_chain,
-)
-from kvroute.trace.records import RequestAttrs, StructuredOutput, TokenPrompt
+from kvroute.trace.formats.base import RecordError
 from kvroute.types import TokenIds
 
-# Keys OpenAILogFormat reads beyond messages and tools (a wrapped body, a response,
-# times, ids), any of which may make it reject the record: bodies with one take the
-# format's full parser, so capture accepts and refuses exactly what it does.
-_PARSER_KEYS = frozenset(
-    [
-        "request",
-        "body",
-        "response",
-        "timestamp",
-        "arrival_time",
-        "time",
-        "created_at",
-        "end_timestamp",
-        "end_time",
-        "finished_at",
-        "latency_s",
-        "session_id",
-        "conversation_id",
-        "session",
-        "user_id",
-        "metadata",
-    ]
-)
 
-
-@dataclass(frozen=True, slots=True)
-class CaptureEvent:
-    """One forwarded request, as the request path hands it over (cheap to build)."""
+class CaptureEvent(NamedTuple):
+    """One forwarded request, as the request path hands it over: a tuple of
+    references (a frozen dataclass costs several times more to build)."""
 
     body: Mapping[str, Any]
     arrival_unix_s: float
@@ -89,21 +73,207 @@ def capture_event(
     references only, cheap enough for the request path."""
     ctx = request.ctx
     end_unix_s = wall_clock()
+    workload = ctx.workload
     return CaptureEvent(
-        body=body,
-        arrival_unix_s=end_unix_s - (clock() - request.received_s),
-        end_unix_s=end_unix_s,
-        session_id=session_id,
-        model=ctx.model,
-        workload=ctx.workload.value if ctx.workload else None,
-        backend=ctx.backend,
-        status=status,
-        prompt_tokens=ctx.prompt_tokens,
-        completion_tokens=ctx.completion_tokens,
-        cached_tokens=ctx.cached_tokens,
-        token_ids=ctx.prompt_token_ids,
-        observe=observe,
+        body,
+        end_unix_s - (clock() - request.received_s),
+        end_unix_s,
+        session_id,
+        ctx.model,
+        workload.value if workload else None,
+        ctx.backend,
+        status,
+        ctx.prompt_tokens,
+        ctx.completion_tokens,
+        ctx.cached_tokens,
+        ctx.prompt_token_ids,
+        observe,
     )
+
+
+class _BodyPart(NamedTuple):
+    """What a body alone decides of its record, and that part's JSON (the object's
+    members after its opening brace: ``"turn":0,...,"hashes":[...]}``)."""
+
+    fields: dict[str, Any]
+    json_tail: bytes
+
+
+class CaptureRecords:
+    """Events → trace record lines, a batch at a time, with a memo of body parts
+    (least recently used first out, at most ``max_bodies`` bodies and about
+    ``max_memo_bytes``). A body enters the memo the second time it is seen: the
+    first time only its key's hash is kept, so traffic that never repeats a body
+    does not churn the memo. Not thread-safe: the capture worker owns it."""
+
+    def __init__(
+        self,
+        prompts: PromptTokens,
+        *,
+        block_size_tokens: int,
+        include_text: bool,
+        max_bodies: int = 4096,
+        max_memo_bytes: int = 32 * 1024 * 1024,
+    ) -> None:
+        self.prompts = prompts
+        self.block_size_tokens = block_size_tokens
+        self.include_text = include_text
+        self.max_bodies = max_bodies
+        self.max_memo_bytes = max_memo_bytes
+        self.num_body_hits = 0
+        self.num_body_misses = 0
+        self._memo: OrderedDict[bytes, _BodyPart] = OrderedDict()
+        self._memo_bytes = 0
+        self._seen_once: set[int] = set()  # hash() of keys seen once (a collision only
+        # lets a body into the memo early: the memo itself compares whole keys)
+        self._pseudonyms: dict[str, str] = {}
+        self._hasher = PrefixHasher(block_size_tokens)
+
+    def render(
+        self, events: Sequence[CaptureEvent], *, observed: bool = False
+    ) -> tuple[list[bytes | Exception], list[dict[str, Any]]]:
+        """Each event's JSON line (no line end), or why it has none (a body the trace
+        cannot hold: :class:`RecordError`; a prompt that cannot be tokenized:
+        :class:`KvrouteError`); and, when ``observed``, the records of the events
+        marked ``observe``. Records share the memo's lists: read them, never change
+        them."""
+        parts = self._body_parts(events)
+        lines: list[bytes | Exception] = []
+        records: list[dict[str, Any]] = []
+        for event, part in zip(events, parts, strict=True):
+            if isinstance(part, Exception):
+                lines.append(part)
+                continue
+            head = self._event_fields(event)
+            lines.append(orjson.dumps(head)[:-1] + b"," + part.json_tail)
+            if observed and event.observe:
+                records.append(head | part.fields)
+        return lines, records
+
+    def records(self, events: Sequence[CaptureEvent]) -> list[dict[str, Any] | Exception]:
+        """Each event's whole record (as :meth:`render` writes it), or why it has none."""
+        parts = self._body_parts(events)
+        return [
+            p if isinstance(p, Exception) else self._event_fields(e) | p.fields
+            for e, p in zip(events, parts, strict=True)
+        ]
+
+    def _body_parts(self, events: Sequence[CaptureEvent]) -> list[_BodyPart | Exception]:
+        """Each event's body part, from the memo or made now (new bodies tokenized one
+        by one, hashed together)."""
+        memo = self._memo
+        out: list[_BodyPart | Exception | None] = []
+        new: dict[bytes, int] = {}  # memo key -> index in ``made``
+        made: list[tuple[bytes | None, dict[str, Any], TokenIds]] = []
+        waiting: list[tuple[int, int]] = []  # (event index, index in ``made``)
+        repeated: set[int] = set()  # indices in ``made`` of bodies seen twice here
+        for i, event in enumerate(events):
+            key = _body_key(event.body)
+            if key is not None:
+                part = memo.get(key)
+                if part is not None:
+                    self.num_body_hits += 1
+                    memo.move_to_end(key)
+                    out.append(part)
+                    continue
+                j = new.get(key)
+                if j is not None:  # the same new body earlier in this batch
+                    self.num_body_hits += 1
+                    repeated.add(j)
+                    waiting.append((i, j))
+                    out.append(None)
+                    continue
+            self.num_body_misses += 1
+            try:
+                fields, ids = self._body_fields(event)
+            except (RecordError, KvrouteError) as exc:
+                out.append(exc)
+                continue
+            if key is not None:
+                new[key] = len(made)
+            waiting.append((i, len(made)))
+            made.append((key, fields, ids))
+            out.append(None)
+        hashes = self._hasher.hashes([ids for _, _, ids in made])
+        parts: list[_BodyPart] = []
+        for j, ((key, fields, ids), h) in enumerate(zip(made, hashes, strict=True)):
+            fields["input_len"], fields["hashes"] = int(ids.shape[0]), h
+            part = _BodyPart(fields, orjson.dumps(fields)[1:])
+            parts.append(part)
+            if key is not None:
+                self._remember(key, part, seen_twice=j in repeated)
+        for i, j in waiting:
+            out[i] = parts[j]
+        return out  # type: ignore[return-value]
+
+    def _body_fields(self, event: CaptureEvent) -> tuple[dict[str, Any], TokenIds]:
+        """A new body's part without its length and hashes, and its token ids."""
+        body, prompts, include_text = event.body, self.prompts, self.include_text
+        fields, token_prompt = attr_fields(body)
+        text = ""
+        if token_prompt is not None:
+            token_ids = token_prompt.token_ids
+        else:
+            routed = event.token_ids
+            if routed is not None and routed[0] == prompts.tokenizer.name:
+                ids: TokenIds | None = routed[1]
+            else:
+                ids = prompts.token_ids(body)
+            if ids is None or include_text:
+                text = prompts.text(body) or ""  # raises what stopped the tokenizing
+            token_ids = prompts.encode(text) if ids is None else ids
+        if include_text and text:
+            fields["prompt_text"] = text
+        return fields, token_ids
+
+    def _event_fields(self, event: CaptureEvent) -> dict[str, Any]:
+        """The event's part of its record (keys in the order the trace has them)."""
+        rec: dict[str, Any] = {
+            "t": round(event.arrival_unix_s, 6),
+            "end_t": round(event.end_unix_s, 6),
+            "status": event.status,
+        }
+        if event.session_id:
+            rec["session"] = self._pseudonym(event.session_id)
+        if event.model:
+            rec["model"] = event.model
+        if event.completion_tokens is not None:
+            rec["output_len"] = event.completion_tokens
+        if event.workload is not None:
+            rec["class"] = event.workload
+        if event.backend:
+            rec["backend"] = event.backend
+        if event.cached_tokens is not None:
+            rec["cached"] = event.cached_tokens
+        if event.prompt_tokens is not None:
+            rec["usage_prompt_tokens"] = event.prompt_tokens
+        return rec
+
+    def _remember(self, key: bytes, part: _BodyPart, *, seen_twice: bool) -> None:
+        seen = self._seen_once
+        key_hash = hash(key)
+        if key_hash not in seen and not seen_twice:
+            if len(seen) >= 65_536:
+                seen.clear()  # a bound: a body that recurs is seen again
+            seen.add(key_hash)
+            return
+        seen.discard(key_hash)
+        # About what an entry holds: its key, and per hash ~20 bytes of JSON plus a
+        # Python int and its list slot (~40 bytes).
+        memo = self._memo
+        memo[key] = part
+        self._memo_bytes += _entry_bytes(key, part)
+        while memo and (len(memo) > self.max_bodies or self._memo_bytes > self.max_memo_bytes):
+            old_key, old = memo.popitem(last=False)
+            self._memo_bytes -= _entry_bytes(old_key, old)
+
+    def _pseudonym(self, session_id: str) -> str:
+        found = self._pseudonyms.get(session_id)
+        if found is None:
+            if len(self._pseudonyms) >= 65_536:
+                self._pseudonyms.clear()  # a bound: active sessions refill it
+            found = self._pseudonyms[session_id] = _pseudonym(session_id)
+        return found
 
 
 def capture_records(
@@ -113,25 +283,10 @@ def capture_records(
     block_size_tokens: int,
     include_text: bool,
 ) -> list[dict[str, Any] | Exception]:
-    """The trace record of each event, or why it has none (a body the trace cannot
-    hold: :class:`RecordError`; a prompt that cannot be tokenized:
-    :class:`KvrouteError`). Pure apart from the tokenizer's memo. The block hashes of
-    the whole batch are computed in one vectorised pass."""
-    out: list[dict[str, Any] | Exception] = []
-    token_ids: list[TokenIds] = []
-    for event in events:
-        try:
-            rec, ids = _record_without_hashes(event, prompts, include_text)
-        except (RecordError, KvrouteError) as exc:
-            out.append(exc)
-            continue
-        out.append(rec)
-        token_ids.append(ids)
-    hashes = _batch_block_hashes(token_ids, block_size_tokens)
-    records = (r for r in out if isinstance(r, dict))
-    for rec, ids, h in zip(records, token_ids, hashes, strict=True):
-        rec["input_len"], rec["hashes"] = int(ids.shape[0]), h
-    return out
+    """The trace record of each event, or why it has none (see
+    :meth:`CaptureRecords.render`), with a memo for this call only."""
+    made = CaptureRecords(prompts, block_size_tokens=block_size_tokens, include_text=include_text)
+    return made.records(events)
 
 
 def capture_record(
@@ -146,113 +301,19 @@ def capture_record(
     return rec
 
 
-def _record_without_hashes(
-    event: CaptureEvent, prompts: PromptTokens, include_text: bool
-) -> tuple[dict[str, Any], TokenIds]:
-    attrs, token_prompt = _attrs(event.body)
-    text = ""
-    if token_prompt is not None:
-        token_ids = token_prompt.token_ids
-    else:
-        routed = event.token_ids
-        if routed is not None and routed[0] == prompts.tokenizer.name:
-            ids: TokenIds | None = routed[1]
-        else:
-            ids = prompts.token_ids(event.body)
-        if ids is None or include_text:
-            text = prompts.text(event.body) or ""  # raises what stopped the tokenizing
-        token_ids = prompts.encode(text) if ids is None else ids
-    rec: dict[str, Any] = {
-        "t": round(event.arrival_unix_s, 6),
-        "end_t": round(event.end_unix_s, 6),
-        "status": event.status,
-    }
-    optional = {
-        "session": _pseudonym(event.session_id) if event.session_id else None,
-        "model": event.model or None,
-        "output_len": event.completion_tokens,
-        "class": event.workload,
-        "backend": event.backend or None,
-        "cached": event.cached_tokens,
-        "usage_prompt_tokens": event.prompt_tokens,
-        "turn": attrs.turn_index,
-        "messages": attrs.num_messages,
-    }
-    rec.update({k: v for k, v in optional.items() if v is not None})
-    if attrs.has_tools:
-        rec["tools"] = True
-    if attrs.structured_output is not StructuredOutput.NONE:
-        rec["structured"] = attrs.structured_output.value
-    if include_text and text:
-        rec["prompt_text"] = text
-    return rec, token_ids
+def _body_key(body: Mapping[str, Any]) -> bytes | None:
+    """The memo key of a body: its JSON (equal JSON, equal record); None when it has
+    none (not a dict, or not JSON)."""
+    if type(body) is not dict:
+        return None
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return None
 
 
-def _attrs(body: Mapping[str, Any]) -> tuple[RequestAttrs, TokenPrompt | None]:
-    """What the trace records of a body (as :class:`OpenAILogFormat` reads it), and
-    its prompt when that is token ids. Plain chat bodies take a short path with the
-    same checks and results; anything else goes through the format's parser."""
-    messages = body.get("messages")
-    if (
-        isinstance(messages, list)
-        and messages
-        and _PARSER_KEYS.isdisjoint(body)
-        and all(type(body.get(k, "")) is str for k in ("model", "user"))
-    ):
-        tools = body.get("tools") or body.get("functions")
-        roles = [m.get("role") if isinstance(m, dict) else None for m in messages]
-        if all(type(r) is str for r in roles) and (tools is None or isinstance(tools, list)):
-            attrs = RequestAttrs(
-                has_tools=bool(tools) or "tool" in roles,
-                structured_output=structured_output_kind(dict(body)),
-                turn_index=roles.count("assistant"),
-                num_messages=len(messages),
-            )
-            return attrs, None
-    parsed = OpenAILogFormat().parse(dict(body), 0, 0, ReadOptions())[0]
-    prompt = parsed.prompt
-    return parsed.attrs, prompt if isinstance(prompt, TokenPrompt) else None
-
-
-def _batch_block_hashes(token_ids: Sequence[TokenIds], block_size_tokens: int) -> list[list[int]]:
-    """:func:`~kvroute.trace.writer.prompt_block_hashes` of each prompt, vectorised
-    over the batch: all full blocks in one pass, then the partial last blocks grouped
-    by length, each chained to its parent as ``h = parent * P + content``."""
-    if not token_ids:
-        return []
-    lengths = np.array([ids.shape[0] for ids in token_ids], dtype=np.int64)
-    offsets = np.zeros(len(token_ids) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    tokens = np.concatenate(token_ids)
-    full, block_offsets = chain_hashes_batch(tokens, offsets, block_size_tokens, DEFAULT_SEED)
-    num_full = np.diff(block_offsets)
-    tail_lens = lengths - num_full * block_size_tokens
-    parents = np.full(len(token_ids), DEFAULT_SEED, dtype=np.uint64)
-    has_full = num_full > 0
-    parents[has_full] = full[block_offsets[1:][has_full] - 1]
-    tails = np.zeros(len(token_ids), dtype=np.uint64)
-    multiplier = _chain_multiplier()
-    for tail_len in np.unique(tail_lens[tail_lens > 0]).tolist():
-        rows = np.flatnonzero(tail_lens == tail_len)
-        starts = offsets[1:][rows] - tail_len
-        idx = (starts[:, None] + np.arange(tail_len)).ravel()
-        contents = block_contents(tokens[idx], tail_len)
-        with np.errstate(over="ignore"):
-            tails[rows] = parents[rows] * multiplier + contents
-    out: list[list[int]] = []
-    for i in range(len(token_ids)):
-        hashes = full[block_offsets[i] : block_offsets[i + 1]].tolist()
-        if tail_lens[i]:
-            hashes.append(int(tails[i]))
-        out.append(hashes)
-    return out
-
-
-def _chain_multiplier() -> np.uint64:
-    """The chain's ``P`` (``h[i] = h[i-1] * P + content``), read off the public
-    :func:`extend_chain` rather than a private constant."""
-    block = np.zeros(1, dtype=np.uint32)
-    return np.uint64((extend_chain(1, block) - extend_chain(0, block)) % (1 << 64))
+def _entry_bytes(key: bytes, part: _BodyPart) -> int:
+    return len(key) + len(part.json_tail) + 40 * len(part.fields["hashes"])
 
 
 def _pseudonym(session_id: str) -> str:

@@ -1,0 +1,101 @@
+"""What capture records of a request body besides its prompt: turn, number of
+messages, tools, structured output, exactly as :class:`OpenAILogFormat` reads them,
+as the trace record's fields. Plain chat bodies take a short path with the same
+checks and results; anything else goes through the format's parser."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kvroute.trace.formats.base import ReadOptions
+from kvroute.trace.formats.openai_log import OpenAILogFormat, structured_output_kind
+from kvroute.trace.records import StructuredOutput, TokenPrompt
+
+# Keys OpenAILogFormat reads beyond messages and tools (a wrapped body, a response,
+# times, ids), any of which may make it reject the record: bodies with one take the
+# format's full parser, so capture accepts and refuses exactly what it does.
+_PARSER_KEYS = frozenset(
+    [
+        "request",
+        "body",
+        "response",
+        "timestamp",
+        "arrival_time",
+        "time",
+        "created_at",
+        "end_timestamp",
+        "end_time",
+        "finished_at",
+        "latency_s",
+        "session_id",
+        "conversation_id",
+        "session",
+        "user_id",
+        "metadata",
+    ]
+)
+
+# Request fields that say nothing about structured output (and are not parser keys):
+# a body with no other key skips structured_output_kind (a test checks the set).
+_PLAIN_KEYS = frozenset(
+    [
+        "model",
+        "messages",
+        "max_tokens",
+        "max_completion_tokens",
+        "stream",
+        "stream_options",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "n",
+        "stop",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "logprobs",
+        "top_logprobs",
+        "user",
+    ]
+)
+
+
+def attr_fields(body: Mapping[str, Any]) -> tuple[dict[str, Any], TokenPrompt | None]:
+    """What the trace records of a body (as :class:`OpenAILogFormat` reads it), as the
+    record's fields in order, and its prompt when that is token ids. Plain chat bodies
+    take a short path with the same checks and results; anything else goes through the
+    format's parser."""
+    messages = body.get("messages")
+    if (
+        type(messages) is list
+        and messages
+        and _PARSER_KEYS.isdisjoint(body)
+        and type(body.get("model", "")) is str
+        and type(body.get("user", "")) is str
+    ):
+        tools = body.get("tools") or body.get("functions")
+        roles = [m.get("role") if type(m) is dict else None for m in messages]
+        if all(type(r) is str for r in roles) and (tools is None or type(tools) is list):
+            fields: dict[str, Any] = {
+                "turn": roles.count("assistant"),
+                "messages": len(messages),
+            }
+            if tools or "tool" in roles:
+                fields["tools"] = True
+            if not _PLAIN_KEYS.issuperset(body):
+                structured = structured_output_kind(body)  # type: ignore[arg-type]  # reads only
+                if structured is not StructuredOutput.NONE:
+                    fields["structured"] = structured.value
+            return fields, None
+    parsed = OpenAILogFormat().parse(dict(body), 0, 0, ReadOptions())[0]
+    attrs, prompt = parsed.attrs, parsed.prompt
+    fields = {"turn": attrs.turn_index, "messages": attrs.num_messages}
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if attrs.has_tools:
+        fields["tools"] = True
+    if attrs.structured_output is not StructuredOutput.NONE:
+        fields["structured"] = attrs.structured_output.value
+    return fields, prompt if isinstance(prompt, TokenPrompt) else None

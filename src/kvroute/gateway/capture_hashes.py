@@ -1,0 +1,152 @@
+"""Capture's block hashes: the chained hashes of a batch of prompts in one vectorised
+pass (what :func:`kvroute.trace.writer.prompt_block_hashes` gives each prompt, the
+partial last block included), reusing the hashes of prefixes seen before.
+
+Long prompts mostly repeat an earlier prompt's beginning (a system prompt, the
+conversation so far). :class:`PrefixHasher` keeps the hashes of a prompt's first
+``c`` blocks, ``c`` a power of two (at least :data:`MIN_CHECKPOINT_BLOCKS`), keyed by
+those blocks' token bytes; a later prompt that starts with the same tokens hashes only
+what follows. The chain step is linear in the parent (``h = parent * P + content``),
+so a continuation is hashed from the default seed with the rest of the batch and then
+moved onto its parent::
+
+    h_k(parent) = h_k(seed) + (parent - seed) * P**(k + 1)      (mod 2**64)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from kvroute.trace.hashing import DEFAULT_SEED, block_contents, chain_hashes_batch, extend_chain
+from kvroute.types import TokenIds
+
+MIN_CHECKPOINT_BLOCKS = 8
+"""Shorter prefixes are hashed again: looking them up costs about as much."""
+
+
+class PrefixHasher:
+    """Block hashes of prompt batches, with a memo of prefix hashes (least recently
+    used out past ``max_memo_bytes`` of keys). Not thread-safe: one per thread."""
+
+    def __init__(self, block_size_tokens: int, *, max_memo_bytes: int = 16 * 1024 * 1024) -> None:
+        self.block_size_tokens = block_size_tokens
+        self.max_memo_bytes = max_memo_bytes
+        self.num_prefix_hits = 0
+        self._memo: OrderedDict[bytes, list[int]] = OrderedDict()
+        self._memo_bytes = 0
+
+    def hashes(self, token_ids: Sequence[TokenIds]) -> list[list[int]]:
+        """Each prompt's block hashes (full blocks, then the partial last one)."""
+        if not token_ids:
+            return []
+        block, memo = self.block_size_tokens, self._memo
+        min_tokens = MIN_CHECKPOINT_BLOCKS * block
+        if all(ids.shape[0] < min_tokens for ids in token_ids):
+            return _chained(token_ids, [DEFAULT_SEED] * len(token_ids), block)
+        known: list[list[int]] = []
+        for ids in token_ids:
+            found: list[int] = []
+            top = _checkpoint(ids.shape[0] // block)
+            for c in (top, top // 2):
+                if c < MIN_CHECKPOINT_BLOCKS:
+                    break
+                key = ids[: c * block].tobytes()
+                hit = memo.get(key)
+                if hit is not None:
+                    memo.move_to_end(key)
+                    self.num_prefix_hits += 1
+                    found = hit
+                    break
+            known.append(found)
+        rests = [ids[len(k) * block :] for ids, k in zip(token_ids, known, strict=True)]
+        parents = [k[-1] if k else DEFAULT_SEED for k in known]
+        out = [k + h for k, h in zip(known, _chained(rests, parents, block), strict=True)]
+        for ids, k, h in zip(token_ids, known, out, strict=True):
+            c = _checkpoint(ids.shape[0] // block)
+            if c >= MIN_CHECKPOINT_BLOCKS and c > len(k):
+                self._remember(ids[: c * block].tobytes(), h[:c])
+        return out
+
+    def _remember(self, key: bytes, hashes: list[int]) -> None:
+        memo = self._memo
+        memo[key] = hashes
+        self._memo_bytes += 2 * len(key)  # the key, and ~40 bytes per 16-token block
+        while memo and self._memo_bytes > self.max_memo_bytes:
+            old_key, _ = memo.popitem(last=False)
+            self._memo_bytes -= 2 * len(old_key)
+
+
+def batch_block_hashes(token_ids: Sequence[TokenIds], block_size_tokens: int) -> list[list[int]]:
+    """:func:`~kvroute.trace.writer.prompt_block_hashes` of each prompt, vectorised
+    over the batch (no memo)."""
+    return _chained(token_ids, [DEFAULT_SEED] * len(token_ids), block_size_tokens)
+
+
+def _checkpoint(num_full_blocks: int) -> int:
+    """The largest power of two not above ``num_full_blocks`` (0 for none)."""
+    return 1 << (num_full_blocks.bit_length() - 1) if num_full_blocks else 0
+
+
+def _chained(
+    token_ids: Sequence[TokenIds], parents: Sequence[int], block_size_tokens: int
+) -> list[list[int]]:
+    """Block hashes of each token sequence, its chain continuing from its parent's hash:
+    all full blocks in one pass, moved onto their parents, then the partial last blocks
+    grouped by length, each chained to its parent as ``h = parent * P + content``."""
+    if not token_ids:
+        return []
+    lengths = np.array([ids.shape[0] for ids in token_ids], dtype=np.int64)
+    offsets = np.zeros(len(token_ids) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.concatenate(token_ids)
+    full, block_offsets = chain_hashes_batch(tokens, offsets, block_size_tokens, DEFAULT_SEED)
+    num_full = np.diff(block_offsets)
+    seeds = np.array(parents, dtype=np.uint64)
+    shift = seeds - np.uint64(DEFAULT_SEED)  # wraps modulo 2**64
+    if shift.any() and full.shape[0]:
+        local = np.arange(full.shape[0], dtype=np.int64) - np.repeat(block_offsets[:-1], num_full)
+        full += np.repeat(shift, num_full) * _multiplier_powers(int(num_full.max()))[local]
+    tail_lens = lengths - num_full * block_size_tokens
+    has_full = num_full > 0
+    seeds[has_full] = full[block_offsets[1:][has_full] - 1]
+    tails = np.zeros(len(token_ids), dtype=np.uint64)
+    multiplier = _multiplier_powers(1)[0]
+    for tail_len in np.unique(tail_lens[tail_lens > 0]).tolist():
+        rows = np.flatnonzero(tail_lens == tail_len)
+        starts = offsets[1:][rows] - tail_len
+        idx = (starts[:, None] + np.arange(tail_len)).ravel()
+        contents = block_contents(tokens[idx], tail_len)
+        with np.errstate(over="ignore"):
+            tails[rows] = seeds[rows] * multiplier + contents
+    # Python ints in one conversion each, then sliced per prompt.
+    full_list: list[int] = full.tolist()
+    tail_list: list[int] = tails.tolist()
+    bounds: list[int] = block_offsets.tolist()
+    out: list[list[int]] = []
+    for i, tail_len in enumerate(tail_lens.tolist()):
+        hashes = full_list[bounds[i] : bounds[i + 1]]
+        if tail_len:
+            hashes.append(tail_list[i])
+        out.append(hashes)
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _powers_table(size: int) -> npt.NDArray[np.uint64]:
+    # The chain's P read off the public extend_chain rather than a private constant.
+    block = np.zeros(1, dtype=np.uint32)
+    p = (extend_chain(1, block) - extend_chain(0, block)) % (1 << 64)
+    out = np.full(size, p, dtype=np.uint64)
+    np.multiply.accumulate(out, out=out)  # P**1 .. P**size, wrapping
+    out.setflags(write=False)
+    return out
+
+
+def _multiplier_powers(n: int) -> npt.NDArray[np.uint64]:
+    """``P**(k + 1)`` for ``k < n`` (a slice of a table grown in powers of two)."""
+    return _powers_table(max(64, 1 << (n - 1).bit_length()))[:n]

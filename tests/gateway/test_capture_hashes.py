@@ -1,0 +1,39 @@
+"""Capture's batch hashing, with prefix reuse, against the trace writer's hashes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvroute.gateway.capture_hashes import PrefixHasher, batch_block_hashes
+from kvroute.trace.writer import prompt_block_hashes
+
+
+@pytest.mark.parametrize("block_size_tokens", [16, 5, 1])
+def test_prefix_reuse_gives_the_writers_hashes(block_size_tokens: int) -> None:
+    """Prompts that start like earlier ones (cut anywhere: inside a block, on a
+    checkpoint, past it), across batches, hash exactly as the writer hashes them
+    alone; and the later ones take their prefixes from the memo."""
+    rng = np.random.default_rng(7)
+    shared = [rng.integers(0, 50_000, n).astype(np.uint32) for n in (130, 1030, 4100)]
+    hasher = PrefixHasher(block_size_tokens)
+    for _ in range(5):
+        batch = []
+        for _ in range(30):
+            prefix = shared[int(rng.integers(0, len(shared)))]
+            cut = int(rng.integers(0, prefix.shape[0] + 1))
+            more = rng.integers(0, 50_000, int(rng.integers(0, 70))).astype(np.uint32)
+            batch.append(np.concatenate((prefix[:cut], more)))
+        batch.append(np.zeros(0, dtype=np.uint32))
+        got = hasher.hashes(batch)
+        assert got == batch_block_hashes(batch, block_size_tokens)
+        assert got == [prompt_block_hashes(ids, block_size_tokens).tolist() for ids in batch]
+    assert hasher.num_prefix_hits > 0
+
+
+def test_memo_stays_within_its_bound() -> None:
+    rng = np.random.default_rng(3)
+    hasher = PrefixHasher(16, max_memo_bytes=64 * 1024)
+    for _ in range(20):
+        hasher.hashes([rng.integers(0, 50_000, 600).astype(np.uint32) for _ in range(10)])
+    assert 0 < hasher._memo_bytes <= 64 * 1024
