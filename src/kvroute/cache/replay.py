@@ -172,7 +172,8 @@ class _PerRequest:
 def _sequential(model: PrefixCache, seqs: Iterator[tuple[int, SeqPair]], out: _PerRequest) -> int:
     """One request at a time; returns the peak running count."""
     peak_running = 0
-    for rid, (prompt, final) in seqs:
+    for rid, pair in seqs:
+        prompt, final = pair.prompt, pair.final
         out.prompt_tokens[rid] = prompt.num_tokens
         adm = model.pin(rid, prompt, final.num_tokens)
         if adm.status is AdmitStatus.ADMITTED:

@@ -19,7 +19,6 @@ and are never cached (used to compare with the ideal, which counts prompts only)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -33,11 +32,16 @@ _PSEUDO_TOKEN = np.uint32(0x8000_0000)  # above any real vocabulary
 _PSEUDO_ID = np.uint64(1 << 63)
 
 
-class SeqPair(NamedTuple):
-    """A request's prompt and final sequences (a tuple: cheapest to build, one per request)."""
+class SeqPair:
+    """A request's prompt and final sequences. A plain class, built once per request: the
+    compiled build makes it a C struct, where a ``NamedTuple`` runs its ``__new__``
+    interpreted."""
 
-    prompt: CacheSeq
-    final: CacheSeq
+    __slots__ = ("final", "prompt")
+
+    def __init__(self, prompt: CacheSeq, final: CacheSeq) -> None:
+        self.prompt = prompt
+        self.final = final
 
 
 def final_tokens(prompt_tokens: int, output_tokens: int) -> int:
