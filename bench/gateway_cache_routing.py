@@ -249,6 +249,8 @@ def run_front(
         )
         wall_s = time.perf_counter() - t0
         after = asyncio.run(read_replicas(records))
+        predicted = predicted_cached_tokens(url) if front.startswith("kvroute") else None
+        front_cpu_s = group_cpu_s(proc.pid)
     finally:
         stop(proc)
     recs = result.runs[0].requests
@@ -267,7 +269,11 @@ def run_front(
         "num_ok": sum(r.outcome is Outcome.OK for r in recs),
         "num_errors": sum(r.outcome is Outcome.ERROR for r in recs),
         "wall_s": round(wall_s, 1),
+        "front_cpu_s": round(front_cpu_s, 1),
         "engine_hit_pct": percent(sum(cached) / max(sum(prompt), 1)),
+        "predicted_hit_pct": percent(predicted / max(sum(prompt), 1))
+        if predicted is not None
+        else None,
         "response_hit_pct": percent(resp_cached / resp_prompt) if resp_prompt else None,
         "ttft_p50_ms": round(1000 * statistics.median(ttfts), 1) if ttfts else None,
         "ttft_p99_ms": round(1000 * quantile(ttfts, 0.99), 1) if ttfts else None,
@@ -277,6 +283,31 @@ def run_front(
         "max_over_mean_requests": round(max(reqs) / statistics.fmean(reqs), 3),
         "max_over_mean_prompt_tokens": round(max(prompt) / statistics.fmean(prompt), 3),
     }
+
+
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the processes of group ``pgid`` (the
+    front and anything it started): what it took from the replicas on shared cores."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid:  # fields after "(comm)": state ppid pgrp ...
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def predicted_cached_tokens(url: str) -> int:
+    """Σ over backends of the gateway's ``kvroute:cache_predicted_tokens_total``: what
+    its cache views predicted for the requests the engines reported on."""
+    text = httpx.get(f"{url}/metrics", timeout=10.0).text
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in text.splitlines()
+        if line.startswith("kvroute:cache_predicted_tokens_total")
+    )
 
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -312,12 +343,13 @@ def stop_replicas(state: Path) -> None:
 
 def table(rows: Sequence[dict[str, Any]], say: Callable[[str], None]) -> None:
     say(
-        f"{'workload':<10} {'front':<11} {'hit %':>6} {'ttft p50':>9} {'ttft p99':>9} "
+        f"{'workload':<10} {'front':<11} {'hit %':>6} {'pred %':>6} {'ttft p50':>9} {'ttft p99':>9} "
         f"{'req max/mean':>12} {'tok max/mean':>12}  requests per replica"
     )
     for r in rows:
         say(
             f"{r['workload']:<10} {r['front']:<11} {r['engine_hit_pct']:>6} "
+            f"{r.get('predicted_hit_pct') or '-':>6} "
             f"{r['ttft_p50_ms']:>7}ms {r['ttft_p99_ms']:>7}ms "
             f"{r['max_over_mean_requests']:>12} {r['max_over_mean_prompt_tokens']:>12}  "
             f"{r['requests_per_replica']}"

@@ -13,18 +13,21 @@ session is *warm* from its second turn: its history's pieces are in the memo. On
 warm turns whose prompt is at least ``--min-tokens`` long are reported.
 
 The decision's time inside the cache models (``match`` and ``pin`` of
-:mod:`kvroute.cache`, timed by wrapping the models' methods) is reported apart
-(``cache_model_us``), with the rest (``rest_us``: template, tokens, hashes, policy):
-the two halves belong to different modules.
+:mod:`kvroute.cache`, timed by wrapping the views' ``predict`` and ``start`` that call
+them) is reported apart (``cache_model_us``), with the rest (``rest_us``: template,
+tokens, hashes, policy): the two halves belong to different modules.
 
 Run: ``.venv/bin/python bench/gateway_route_cost.py``; writes
 ``bench/gateway_route_cost_results.json``. For a before/after comparison, run it
-alternately against two source trees (``PYTHONPATH=<tree>/src``) and compare medians.
+alternately against two source trees (``PYTHONPATH=<tree>/src``) and compare medians;
+``--decisions`` writes each decision's prompt digest, predicted hits and chosen backend,
+so the two trees' files can be compared (``cmp``): a speed change must not change them.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import random
@@ -61,14 +64,19 @@ def _backends(n: int) -> list[Backend]:
 
 
 class _ModelTimer:
-    """Wraps each backend's cache model ``match`` and ``pin`` to add up their time."""
+    """Adds up the time in each backend's cache model ``match`` and ``pin``.
+
+    Wraps each view's ``predict`` (one ``match``) and ``start`` (one ``pin``): the
+    models themselves may be compiled (read-only methods), and a proxy in their place
+    would fail the views' ``isinstance`` checks.
+    """
 
     def __init__(self, backends: list[Backend]) -> None:
         self.total_s = 0.0
         for backend in backends:
-            model = backend.view().model
-            for name in ("match", "pin"):
-                setattr(model, name, self._timed(getattr(model, name)))
+            view = backend.view()
+            for name in ("predict", "start"):
+                setattr(view, name, self._timed(getattr(view, name)))
 
     def _timed(self, method: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any) -> Any:
@@ -101,6 +109,17 @@ def main() -> None:
     parser.add_argument(
         "--out", default=str(Path(__file__).with_name("gateway_route_cost_results.json"))
     )
+    parser.add_argument(
+        "--fresh-bodies",
+        action="store_true",
+        help="decode each request body from JSON before its decision, as the gateway does "
+        "(fresh strings: nothing hashed on an earlier turn is cached on them)",
+    )
+    parser.add_argument(
+        "--decisions",
+        help="also write every decision (prompt length and digest, predicted hits, chosen "
+        "backend) here as JSON lines, to check that two trees route alike",
+    )
     args = parser.parse_args()
     rng = random.Random(0)
     router = CacheRouter(PromptTokens(load_tokenizer()), logging.getLogger("bench"))
@@ -115,16 +134,28 @@ def main() -> None:
     finish_us: list[float] = []
     model_us: list[float] = []
     lengths: list[int] = []
+    decisions: list[dict[str, Any]] = []
     sequence = 0
     for turn in range(args.turns):
         for s, history in enumerate(histories):
             history.append({"role": "user", "content": _words(rng, 200)})
             body = {"model": "m", "messages": history, "max_tokens": 128}
+            if args.fresh_bodies:
+                body = json.loads(json.dumps(body))
             timer.total_s = 0.0
             t0 = time.perf_counter()
             prediction = router.predict(body, backends, session_key=f"s{s}")
             assert prediction is not None
-            snapshots = [b.snapshot(h) for b, h in zip(backends, prediction.hits, strict=True)]
+            # As the gateway's order_backends: hits (and, where the tree predicts them,
+            # displaced tokens) in the snapshots.
+            displaced = getattr(prediction, "displaced", None)
+            if displaced is None:
+                snapshots = [b.snapshot(h) for b, h in zip(backends, prediction.hits, strict=True)]
+            else:
+                snapshots = [
+                    b.snapshot(h, d)
+                    for b, h, d in zip(backends, prediction.hits, displaced, strict=True)
+                ]
             pick = PickInput(rng=rng, sequence=sequence, prompt_tokens=prediction.num_tokens)
             chosen = backends[policy.order(snapshots, pick)[0]]
             finish = router.start(prediction, backends, chosen, body)
@@ -133,6 +164,16 @@ def main() -> None:
             finish(100)
             t2 = time.perf_counter()
             sequence += 1
+            decisions.append(
+                {
+                    "turn": turn,
+                    "session": s,
+                    "num_tokens": prediction.num_tokens,
+                    "tokens_sha1": hashlib.sha1(prediction.token_ids.tobytes()).hexdigest(),
+                    "hits": list(prediction.hits),
+                    "chosen": chosen.name,
+                }
+            )
             if turn > 0 and prediction.num_tokens >= args.min_tokens:
                 decide_us.append((t1 - t0) * 1e6)
                 finish_us.append((t2 - t1) * 1e6)
@@ -162,6 +203,8 @@ def main() -> None:
         },
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    if args.decisions:
+        Path(args.decisions).write_text("".join(json.dumps(d) + "\n" for d in decisions))
     print(json.dumps(result, indent=2))
 
 

@@ -140,3 +140,23 @@ def test_chunk_reuse_matches_llama_cpp_loop(
         np.array(cache, dtype=np.uint32), np.array(prompt, dtype=np.uint32), n_past, min_chunk
     )
     assert got == _reference_reuse(cache, prompt, n_past, min_chunk)
+
+
+def test_victim_is_the_slot_the_next_request_takes_and_what_it_overwrites() -> None:
+    m = model(num_slots=2, cache_ram_mib=0)
+    run(m, 0, list(range(40)), output=1)  # never-used slots: the last one, slot 1 (40 tokens)
+    run(m, 1, list(range(100, 130)), output=1)  # slot 0 (30 tokens), used last
+    # A continuation of request 0 goes back to slot 1 and overwrites none of it.
+    assert m.victim(pair(1, [*range(40), 7, 8]).prompt) == (1, 0)
+    # Similar enough (1 of 3 tokens) to slot 1: reuses one token, overwrites 39.
+    assert m.victim(pair(1, [0, 900, 901]).prompt) == (1, 39)
+    # Unrelated: the least recently used idle slot (1), all 40 tokens lost.
+    assert m.victim(pair(1, [5000] * 3).prompt) == (1, 40)
+    p = pair(1, [500] * 10)
+    m.pin(2, p.prompt, p.final.num_tokens)
+    assert m.slot_of(2) == 1
+    # Slot 1 is busy now: the next unrelated prompt would take slot 0's 30 tokens.
+    assert m.victim(pair(1, [5000] * 3).prompt) == (0, 30)
+    p = pair(1, [600] * 10)
+    m.pin(3, p.prompt, p.final.num_tokens)
+    assert m.victim(pair(1, [1, 2]).prompt) is None  # every slot busy

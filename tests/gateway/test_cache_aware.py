@@ -20,11 +20,17 @@ from kvroute.bench.workloads.base import GenContext
 from kvroute.bench.workloads.multiturn import MultiturnWorkload
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError
-from kvroute.gateway.cache_routing import CacheRouter, _chain, _extends, _SessionChain
-from kvroute.gateway.cache_view import BackendCacheView, CacheViewConfig
+from kvroute.gateway.cache_routing import CacheRouter
+from kvroute.gateway.cache_view import (
+    NO_DISPLACEMENT,
+    BackendCacheView,
+    CacheViewConfig,
+    Displacement,
+)
 from kvroute.gateway.config import parse_config
 from kvroute.gateway.policies.base import BackendSnapshot, PickInput
 from kvroute.gateway.policies.cache_aware import CacheAware, cache_aware
+from kvroute.gateway.prompt_keys import SessionKeys, extends
 from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.trace.hashing import chain_hashes
 from kvroute.trace.tokenizer import load_tokenizer
@@ -59,11 +65,95 @@ def test_policy_bounds_load() -> None:
     assert policy.order(backends, pick(4000)) == [0, 1]
 
 
+def slot_snap(
+    name: str, outstanding: int, hit: int, displaced: int = 0, idle: int = 0
+) -> BackendSnapshot:
+    return BackendSnapshot(name, 1.0, outstanding, hit, displaced, idle, num_slots=2)
+
+
+def test_policy_spares_the_slot_of_a_live_session() -> None:
+    """A new session overwrites a slot wherever it goes: the one unused longest (most
+    likely a finished session), or an empty one, rather than one used just now."""
+    policy = CacheAware()
+    fresh = slot_snap("fresh", 1, 0, displaced=600, idle=1)
+    stale = slot_snap("stale", 1, 0, displaced=600, idle=40)
+    empty = slot_snap("empty", 1, 0)
+    assert policy.order([fresh, stale], pick(300, sequence=0))[0] == 1
+    assert policy.order([stale, fresh], pick(300, sequence=1))[0] == 0
+    assert policy.order([fresh, stale, empty], pick(300))[0] == 2
+    # a session's own slot (its prefix reused, nothing displaced) still wins
+    own = slot_snap("own", 1, 500)
+    assert policy.order([stale, own], pick(600))[0] == 1
+
+
+def test_policy_avoids_waiting_for_a_slot_at_similar_cost() -> None:
+    policy = CacheAware(tokens_per_outstanding=128, queue_tokens=512)
+    # both slots of "full" are taken: its hit of 300 must outweigh a whole wait
+    full = slot_snap("full", 2, 300)
+    free = slot_snap("free", 1, 0)
+    assert policy.order([full, free], pick(400))[0] == 1
+    big = slot_snap("full", 2, 3900)
+    assert policy.order([big, free], pick(4000))[0] == 0
+
+
 def test_policy_options_are_checked() -> None:
     assert cache_aware({"min_hit_tokens": 16}).min_hit_tokens == 16
-    for bad in ({"min_hit_tokens": 0}, {"load_factor": 0.5}, {"nope": 1}):
-        with pytest.raises(ValueError):
+    assert cache_aware({"displaced_half_life": 2}).displaced_half_life == 2.0
+    for bad in (
+        {"min_hit_tokens": 0},
+        {"load_factor": 0.5},
+        {"nope": 1},
+        {"displaced_half_life": 0},
+        {"displaced_weight": -1},
+        {"queue_tokens": 1.5},
+    ):
+        with pytest.raises(ValueError, match="cache_aware"):
             cache_aware(bad)
+
+
+SLOTS_ONLY = CacheViewConfig(capacity_tokens=8192, slots=2, cache_ram_mib=0)
+"""llama-server ``--parallel 2 --cache-ram 0``: a slot is the only cache."""
+
+
+def test_view_names_the_slot_a_request_would_overwrite() -> None:
+    view = BackendCacheView("llamacpp", SLOTS_ONLY)
+    a, b = np.arange(1, 401, dtype=np.uint32), np.arange(1001, 1301, dtype=np.uint32)
+    for request_id, ids, tick in ((1, a, 10), (2, b, 11)):
+        view.start(request_id, view.seq(ids), ids, 8)
+        view.finish(request_id, 8, tick)
+    newcomer = np.arange(5001, 5201, dtype=np.uint32)
+    # llama-server gives it the least recently used slot: a's 400 tokens and 7 outputs
+    assert view.displaced(view.seq(newcomer), 15) == Displacement(407, 5)
+    follow_up = np.concatenate((b, np.arange(9001, 9051, dtype=np.uint32)))
+    lost = view.displaced(view.seq(follow_up), 15)
+    assert lost == Displacement(7, 4)  # b's own slot: only its generated tokens go
+    assert view.num_slots == 2
+    sglang = BackendCacheView("sglang", CacheViewConfig(capacity_tokens=8192))
+    assert sglang.displaced(sglang.seq(newcomer), 15) == NO_DISPLACEMENT
+    assert sglang.num_slots is None
+    # with --cache-ram the engine saves the slot to host memory before reusing it
+    saved = BackendCacheView("llamacpp", CacheViewConfig(capacity_tokens=8192, slots=2))
+    for request_id, ids in ((1, a), (2, b)):
+        saved.start(request_id, saved.seq(ids), ids, 8)
+        saved.finish(request_id, 8, 10)
+    assert saved.displaced(saved.seq(newcomer), 15) == NO_DISPLACEMENT
+
+
+def test_view_queues_requests_beyond_its_slots_like_the_engine() -> None:
+    """llama-server defers a request that finds every slot busy and runs it when one
+    frees: the view must then hold its prompt, or it predicts hits that are gone."""
+    view = BackendCacheView("llamacpp", SLOTS_ONLY)
+    prompts = [np.arange(1 + 1000 * i, 301 + 1000 * i, dtype=np.uint32) for i in range(3)]
+    for request_id, ids in enumerate(prompts):
+        view.start(request_id, view.seq(ids), ids, 8)
+    assert view.predict(view.seq(prompts[0])) == 0  # every slot busy
+    view.finish(0, 8)  # the third request takes the freed slot
+    view.finish(1, 8)
+    view.finish(2, 8)
+    assert view.predict(view.seq(prompts[2])) == 299  # its prompt is cached now
+    assert view.predict(view.seq(prompts[1])) == 299
+    assert view.predict(view.seq(prompts[0])) == 0  # overwritten by the third
+    view.model.check_invariants()
 
 
 @pytest.mark.parametrize("engine", ["llamacpp", "vllm", "sglang"])
@@ -84,10 +174,12 @@ def test_view_predicts_what_it_was_fed(engine: str) -> None:
 
 def test_session_chain_continues_to_the_same_hashes() -> None:
     tokens = np.arange(1, 1000, dtype=np.uint32)
+    keys = SessionKeys()
+    keys.keys(tokens[:500], {1, 16}, "s")
+    extended = keys.keys(tokens, {1, 16}, "s")  # continues the session's chains
     for unit in (1, 16):
-        previous = _SessionChain(tokens[:500], {unit: chain_hashes(tokens[:500], unit)})
-        assert np.array_equal(_chain(tokens, unit, previous), chain_hashes(tokens, unit))
-    assert _extends(tokens, tokens[:10]) and not _extends(tokens[:10], tokens)
+        assert np.array_equal(extended[unit], chain_hashes(tokens, unit))
+    assert extends(tokens, tokens[:10]) and not extends(tokens[:10], tokens)
 
 
 @dataclass

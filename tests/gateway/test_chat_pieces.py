@@ -86,6 +86,49 @@ def test_a_growing_conversation_renders_only_new_messages(base: ChatTokenizer) -
     assert pieces is not None and len(pieces) == len(messages) + 1  # + generation prompt
 
 
+session_turns = st.lists(
+    st.tuples(
+        st.sampled_from(["append", "edit", "tools"]),
+        st.fixed_dictionaries(
+            {
+                "role": st.sampled_from(["system", "user", "assistant"]),
+                "content": st.sampled_from(CONTENTS),
+            }
+        ),
+        st.integers(0, 5),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(turns=session_turns)
+def test_a_sessions_prompts_equal_the_whole_template(
+    base: ChatTokenizer, turns: list[tuple[str, dict[str, Any], int]]
+) -> None:
+    """Given the session, a prompt reuses its last prompt's pieces only where it repeats
+    its messages and tool list: appended turns, an edited earlier message and a changed
+    tool list all give the whole template's ids."""
+    prompts = PromptTokens(base, check_every=1 << 40)
+    messages: list[dict[str, Any]] = []
+    tools: Any = None
+    for kind, message, at in turns:
+        if kind == "edit" and messages:
+            messages[at % len(messages)] = message
+        elif kind == "tools":
+            tools = None if tools else TOOLS
+        else:
+            messages.append(message)
+        if not messages:
+            continue
+        body: dict[str, Any] = {"messages": [dict(m) for m in messages]}
+        if tools:
+            body["tools"] = tools
+        ids = prompts.token_ids(body, "session")
+        assert ids is not None and np.array_equal(ids, base.encode_chat(messages, tools))
+
+
 NOT_LOCAL = {
     # the last message is written differently
     "last": "{% for m in messages %}{% if loop.last %}<|im_start|>LAST {{ m['content'] }}"

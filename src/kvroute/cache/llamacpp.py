@@ -211,6 +211,22 @@ class LlamaCppPrefixCache:
             content = self._ram.choose(content, seq) or content
         return self._n_past(content, seq)
 
+    def victim(self, seq: CacheSeq) -> tuple[int, int] | None:
+        """The idle slot llama-server would give ``seq`` now (its index) and how many of
+        the tokens it holds ``seq`` would overwrite (those beyond the reused prefix);
+        ``None`` when every slot is busy. Ignores the host prompt cache (which saves a
+        slot before it is reused). Does not mutate."""
+        if len(self._by_request) >= self._num_slots:
+            return None
+        slot, _by_similarity, _update_cache = self._pick(seq)
+        content = slot.content
+        lost = 0 if content is None else max(content.num_tokens - self._n_past(content, seq), 0)
+        return slot.index, lost
+
+    def slot_of(self, request_id: int) -> int:
+        """The index of the slot a running request holds."""
+        return self._by_request[request_id].index
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def pin(self, request_id: int, seq: CacheSeq, final_tokens: int) -> Admission:

@@ -26,7 +26,7 @@ from kvroute.engines.base import CacheCounters, EngineAdapter, HealthState
 from kvroute.engines.registry import make_adapter
 from kvroute.errors import EngineError
 from kvroute.gateway.breaker import CircuitBreaker
-from kvroute.gateway.cache_view import BackendCacheView
+from kvroute.gateway.cache_view import NO_DISPLACEMENT, BackendCacheView, Displacement
 from kvroute.gateway.config import BackendConfig, BreakerConfig, HealthConfig
 from kvroute.gateway.policies.base import BackendSnapshot
 from kvroute.gateway.upstream import PooledTransport, Transport
@@ -78,9 +78,18 @@ class Backend:
     def models(self) -> tuple[str, ...]:
         return self.config.models or self.discovered_models
 
-    def snapshot(self, predicted_hit_tokens: int = 0) -> BackendSnapshot:
+    def snapshot(
+        self, predicted_hit_tokens: int = 0, displaced: Displacement = NO_DISPLACEMENT
+    ) -> BackendSnapshot:
+        view = self.cache_view
         return BackendSnapshot(
-            self.name, self.config.weight, self.num_outstanding, predicted_hit_tokens
+            self.name,
+            self.config.weight,
+            self.num_outstanding,
+            predicted_hit_tokens,
+            displaced.num_tokens,
+            displaced.idle_requests,
+            view.num_slots if view is not None else None,
         )
 
     def view(self) -> BackendCacheView:

@@ -13,15 +13,15 @@ approximation: failovers are rare, and the view self-corrects as it evicts).
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvroute.cache.base import U64, CacheSeq
+from kvroute.cache.base import CacheSeq
 from kvroute.gateway.backends import Backend
+from kvroute.gateway.cache_view import Displacement
+from kvroute.gateway.prompt_keys import SessionKeys
 from kvroute.gateway.prompt_tokens import PromptTokens
-from kvroute.trace.hashing import chain_hashes, extend_chain_hashes
 from kvroute.types import TokenIds
 
 DEFAULT_MAX_OUTPUT_TOKENS = 256
@@ -35,6 +35,8 @@ class Prediction:
     """Per candidate backend: the prompt at that backend's cache unit."""
     hits: list[int]
     """Per candidate backend: predicted cached prompt tokens."""
+    displaced: list[Displacement]
+    """Per candidate backend: the cached tokens of others the request would overwrite."""
 
     @property
     def num_tokens(self) -> int:
@@ -45,20 +47,12 @@ class Prediction:
         return f"cache_aware prompt={self.num_tokens} hit={hits} -> {chosen.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class _SessionChain:
-    """A session's last prompt and its chained hashes per cache unit."""
-
-    token_ids: TokenIds
-    keys_by_unit: dict[int, U64]
-
-
 class CacheRouter:
     """Per-request cache predictions over the backends' views. Event-loop only.
 
-    A session's previous prompt is kept (LRU, ``max_sessions``): when the new prompt
-    extends it, only the new blocks are hashed, continuing the chain from the last
-    full block (the chain is a prefix function, so the result is the same).
+    A session's previous prompt is kept (:class:`~kvroute.gateway.prompt_keys.SessionKeys`,
+    LRU, ``max_sessions``): when the new prompt extends it, only the new units are
+    hashed.
     """
 
     def __init__(
@@ -68,41 +62,34 @@ class CacheRouter:
         self.logger = logger
         self.max_sessions = max_sessions
         self._next_request_id = 0
-        self._sessions: OrderedDict[str, _SessionChain] = OrderedDict()
+        self._keys = SessionKeys(max_sessions)
 
     def predict(
         self, body: Mapping[str, Any], backends: Sequence[Backend], session_key: str | None = None
     ) -> Prediction | None:
         """Predicted hits on each of ``backends``; None when the prompt cannot be
         tokenized (the policy then balances load)."""
-        token_ids = self.prompts.token_ids(body)
+        token_ids = self.prompts.token_ids(body, session_key)
         if token_ids is None or token_ids.shape[0] == 0:
             return None
-        previous = self._sessions.get(session_key) if session_key is not None else None
-        if previous is not None and not _extends(token_ids, previous.token_ids):
-            previous = None
-        keys_by_unit: dict[int, U64] = {}
+        views = [backend.view() for backend in backends]
+        units = {view.model.unit_tokens for view in views}
+        keys_by_unit = self._keys.keys(token_ids, units, session_key)
         by_unit: dict[tuple[int, bool], CacheSeq] = {}
         seqs: list[CacheSeq] = []
         hits: list[int] = []
-        for backend in backends:
-            view = backend.view()
-            unit = view.model.unit_tokens
-            key = (unit, view.model.needs_token_ids)
+        displaced: list[Displacement] = []
+        tick = self._next_request_id
+        for view in views:
+            model = view.model
+            key = (model.unit_tokens, model.needs_token_ids)
             seq = by_unit.get(key)
             if seq is None:
-                keys = keys_by_unit.get(unit)
-                if keys is None:
-                    keys = keys_by_unit[unit] = _chain(token_ids, unit, previous)
-                seq = by_unit[key] = view.seq(token_ids, keys)
+                seq = by_unit[key] = view.seq(token_ids, keys_by_unit[key[0]])
             seqs.append(seq)
             hits.append(view.predict(seq))
-        if session_key is not None:
-            self._sessions[session_key] = _SessionChain(token_ids, keys_by_unit)
-            self._sessions.move_to_end(session_key)
-            if len(self._sessions) > self.max_sessions:
-                self._sessions.popitem(last=False)
-        return Prediction(token_ids, seqs, hits)
+            displaced.append(view.displaced(seq, tick))
+        return Prediction(token_ids, seqs, hits, displaced)
 
     def start(
         self,
@@ -125,21 +112,6 @@ class CacheRouter:
             self.logger.debug(prediction.explain(backends, chosen))
 
         def finish(num_output_tokens: int) -> None:
-            view.finish(request_id, num_output_tokens)
+            view.finish(request_id, num_output_tokens, self._next_request_id)
 
         return finish
-
-
-def _extends(token_ids: TokenIds, previous: TokenIds) -> bool:
-    n = previous.shape[0]
-    # bytes comparison: a memcmp, several times cheaper than np.array_equal here
-    return token_ids.shape[0] >= n and token_ids[:n].tobytes() == previous.tobytes()
-
-
-def _chain(token_ids: TokenIds, unit: int, previous: _SessionChain | None) -> U64:
-    """Chained hashes of the full units of ``token_ids``, continuing ``previous``'s
-    chain where the prompt extends it."""
-    known = previous.keys_by_unit.get(unit) if previous is not None else None
-    if known is None:
-        return chain_hashes(token_ids, unit)
-    return extend_chain_hashes(known, token_ids, unit)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvroute.cache.base import U64, CacheGeometry, CacheSeq, PrefixCache, units_for
-from kvroute.cache.llamacpp import LlamaCppConfig
+from kvroute.cache.base import U64, AdmitStatus, CacheGeometry, CacheSeq, PrefixCache, units_for
+from kvroute.cache.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
 from kvroute.cache.registry import EngineSettings, cache_models
 from kvroute.trace.hashing import chain_hashes, extend_chain_hashes
 from kvroute.types import TokenIds
@@ -62,6 +62,18 @@ def _seq(token_ids: TokenIds, unit_tokens: int, keep_ids: bool, keys: U64 | None
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Displacement:
+    """What a request would overwrite on a backend: cached tokens of earlier requests."""
+
+    num_tokens: int
+    idle_requests: int
+    """Requests routed (to any backend) since those tokens were last used."""
+
+
+NO_DISPLACEMENT = Displacement(0, 0)
+
+
 class BackendCacheView:
     """One backend's cache model and the requests pinned in it. Single-threaded."""
 
@@ -71,6 +83,16 @@ class BackendCacheView:
         self.model: PrefixCache = cache_models(settings).get(engine)(CacheGeometry(capacity))
         self._pinned: dict[int, tuple[TokenIds, U64]] = {}
         self._next_pseudo = 0
+        self._slot_used_at: dict[int, int] = {}  # llama.cpp slot -> router tick of its last end
+        # Sent while the model had no room (every llama.cpp slot busy): the engine queues
+        # them and runs them, oldest first, as requests end; so does the view.
+        self._waiting: dict[int, tuple[CacheSeq, TokenIds, int]] = {}
+
+    @property
+    def num_slots(self) -> int | None:
+        """Requests the engine runs at once (llama.cpp slots); None for the others."""
+        model = self.model
+        return model.config.num_slots if isinstance(model, LlamaCppPrefixCache) else None
 
     def seq(self, token_ids: TokenIds, keys: U64 | None = None) -> CacheSeq:
         """``token_ids`` as this model's sequence; ``keys`` are their chained hashes at
@@ -81,17 +103,43 @@ class BackendCacheView:
         """Prompt tokens the backend would serve from its cache now. Does not mutate."""
         return self.model.match(seq)
 
-    def start(self, request_id: int, seq: CacheSeq, token_ids: TokenIds, max_output: int) -> None:
-        """A request was sent here: pin its prompt (skipped when the model has no room)."""
-        admission = self.model.pin(request_id, seq, seq.num_tokens + max_output)
-        if admission.status.value == "admitted":
-            self._pinned[request_id] = (token_ids, seq.keys)
+    def displaced(self, seq: CacheSeq, tick: int) -> Displacement:
+        """llama.cpp: the idle slot the engine would give ``seq`` and what of it would be
+        overwritten (its tokens beyond the reused prefix); ``tick`` is the router's request
+        count now. Nothing for the other engines (they evict least recently used blocks)
+        nor with llama.cpp's host prompt cache (``--cache-ram``: the slot is saved there
+        before it is reused). Does not mutate."""
+        model = self.model
+        if not isinstance(model, LlamaCppPrefixCache) or model.config.cache_ram_mib != 0:
+            return NO_DISPLACEMENT
+        victim = model.victim(seq)
+        if victim is None or victim[1] == 0:
+            return NO_DISPLACEMENT
+        index, lost = victim
+        return Displacement(lost, tick - self._slot_used_at.get(index, tick))
 
-    def finish(self, request_id: int, num_output_tokens: int) -> None:
-        """The request ended with ``num_output_tokens`` generated: store what stays."""
+    def start(self, request_id: int, seq: CacheSeq, token_ids: TokenIds, max_output: int) -> None:
+        """A request was sent here: pin its prompt, or queue it while the model has no room
+        (skipped when it can never fit)."""
+        if self._waiting or not self._pin(request_id, seq, token_ids, max_output):
+            self._waiting[request_id] = (seq, token_ids, max_output)
+
+    def _pin(self, request_id: int, seq: CacheSeq, token_ids: TokenIds, max_output: int) -> bool:
+        """Pin it; False when the model has no room now."""
+        status = self.model.pin(request_id, seq, seq.num_tokens + max_output).status
+        if status is AdmitStatus.ADMITTED:
+            self._pinned[request_id] = (token_ids, seq.keys)
+        return status is not AdmitStatus.NO_ROOM
+
+    def finish(self, request_id: int, num_output_tokens: int, tick: int = 0) -> None:
+        """The request ended with ``num_output_tokens`` generated: store what stays.
+        ``tick``: the router's request count now (when its slot was last used)."""
         pinned = self._pinned.pop(request_id, None)
         if pinned is None:
+            self._waiting.pop(request_id, None)
             return
+        if isinstance(self.model, LlamaCppPrefixCache):
+            self._slot_used_at[self.model.slot_of(request_id)] = tick
         token_ids, prompt_keys = pinned
         num_kept = max(num_output_tokens - 1, 0)  # the last token never gets KV
         pseudo = np.arange(self._next_pseudo, self._next_pseudo + num_kept, dtype=np.uint64)
@@ -101,3 +149,8 @@ class BackendCacheView:
         # The prompt's full units are hashed already: extend their chain over the rest.
         keys = extend_chain_hashes(prompt_keys, final, self.model.unit_tokens)
         self.model.unpin(request_id, self.seq(final, keys))
+        while self._waiting:
+            waiting_id = next(iter(self._waiting))
+            if not self._pin(waiting_id, *self._waiting[waiting_id]):
+                break
+            del self._waiting[waiting_id]

@@ -25,7 +25,10 @@ would freeze the date). The probes cannot prove either property for every input,
 one in ``check_every`` assembled prompts is also rendered whole and compared; a
 mismatch turns the memo off for that tool list for good (counted in
 ``num_check_failures``). Where the memo does not apply (:meth:`ChatPieces.pieces`
-returns None), the caller renders the whole prompt.
+returns None), the caller renders the whole prompt. Given the conversation (the
+caller's session key), the messages its last prompt had, unchanged and in the same
+order, reuse that prompt's pieces: a turn looks up only its new messages (comparing
+the old ones costs a string comparison each, not a hash of their contents).
 
 Not thread-safe: one instance per thread.
 """
@@ -33,9 +36,10 @@ Not thread-safe: one instance per thread.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -61,9 +65,15 @@ class Piece:
     """One message's share of the prompt text, and its token ids (no BOS/EOS)."""
 
     text: str
-    ids: TokenIds
+    packed_ids: bytes
+    """Its token ids as native uint32 (a prompt's ids are one ``bytes.join`` of these)."""
     starts_at_added_token: bool
     """The text begins with an added token, so its ids follow any text's ids unchanged."""
+
+    @property
+    def ids(self) -> TokenIds:
+        """The token ids (a read-only view of ``packed_ids``)."""
+        return np.frombuffer(self.packed_ids, dtype=np.uint32)
 
 
 # Contents a template might treat other than verbatim: whitespace it could trim, JSON
@@ -81,6 +91,10 @@ _CONTENT_PROBES = (
     "naïve 日本語 🙂",
     "{{ not jinja }} {% raw %}",
 )
+
+
+_Conversation = tuple[bytes | None, list[object], list[Piece]]
+"""A conversation's last prompt: its tool list's key, its message keys and pieces."""
 
 
 @dataclass(slots=True)
@@ -103,10 +117,12 @@ class ChatPieces:
         *,
         max_pieces: int = 50_000,
         check_every: int = 256,
+        max_conversations: int = 2048,
     ) -> None:
         self.tokenizer = tokenizer
         self.max_pieces = max_pieces
         self.check_every = check_every
+        self.max_conversations = max_conversations
         self.num_check_failures = 0
         self.num_hits = 0
         self.num_misses = 0
@@ -120,13 +136,21 @@ class ChatPieces:
         self._tools: dict[bytes | None, _ToolsState] = {}
         self._pieces: OrderedDict[tuple[bytes | None, bool, object], Piece] = OrderedDict()
         self._num_assembled = 0
+        self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
+        """Per conversation (the caller's session key), LRU: its last prompt's tool list,
+        message keys and message pieces, so its next prompt looks up only new messages."""
 
     def pieces(
-        self, messages: Sequence[Message], tools: Sequence[Any] | None
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Any] | None,
+        conversation: str | None = None,
     ) -> list[Piece] | None:
         """The prompt's pieces (generation prompt last), or None when the caller must
         render the whole prompt (template not message-local here, odd messages, a
-        template error on a one-message window)."""
+        template error on a one-message window). ``conversation`` names the session
+        the prompt belongs to, when known: messages it sent before (the same, in the
+        same order) are taken from its last prompt without a memo lookup."""
         if not self._possible or not messages:
             return None
         try:
@@ -139,14 +163,27 @@ class ChatPieces:
             state = self._probe(tools_key, tools)
         if not state.local:
             return None
+        known: list[Piece] = []
+        if conversation is not None:
+            prior = self._conversations.get(conversation)
+            if prior is not None and prior[0] == tools_key:
+                prior_keys = prior[1]
+                if len(prior_keys) <= len(keys) and keys[: len(prior_keys)] == prior_keys:
+                    known = prior[2]
         try:
-            out = self._assemble(messages, keys, tools_key, tools, state)
+            out = self._assemble(messages, keys, tools_key, tools, state, known)
             if out is not None:
                 self._num_assembled += 1
                 if self._num_assembled % self.check_every == 0:
                     out = self._check(messages, tools, state, out)
         except KvrouteError:
             return None
+        if out is not None and conversation is not None:
+            conversations = self._conversations
+            conversations[conversation] = (tools_key, keys, out[:-1])
+            conversations.move_to_end(conversation)
+            if len(conversations) > self.max_conversations:
+                conversations.popitem(last=False)
         return out
 
     def _assemble(
@@ -156,19 +193,27 @@ class ChatPieces:
         tools_key: bytes | None,
         tools: Sequence[Any] | None,
         state: _ToolsState,
+        known: Sequence[Piece] = (),
     ) -> list[Piece] | None:
+        """The pieces of ``messages``; ``known`` are those of its first messages."""
         memo = self._pieces
-        out: list[Piece] = []
+        start = len(known)
+        memo_keys = [(tools_key, i == 0, key) for i, key in enumerate(keys[start:], start)]
+        found = list(map(memo.get, memo_keys))
+        num_misses = found.count(None)
+        self.num_hits += len(keys) - num_misses
+        self.num_misses += num_misses
+        # The hits become the most recent entries (in C: a warm conversation is mostly hits).
+        deque(map(memo.move_to_end, compress(memo_keys, found)), maxlen=0)
+        out: list[Piece | None] = [*known, *found]
         first = messages[0]
-        base = ""  # the first message's text: every window starts with it
-        for i, (message, key) in enumerate(zip(messages, keys, strict=True)):
-            memo_key = (tools_key, i == 0, key)
-            piece = memo.get(memo_key)
-            if piece is not None:
-                self.num_hits += 1
-                memo.move_to_end(memo_key)
-            else:
-                self.num_misses += 1
+        if num_misses:
+            head = out[0]
+            base = head.text if head is not None else ""  # every window starts with it
+            for i in range(start, len(out)):
+                if out[i] is not None:
+                    continue
+                key = keys[i]
                 plain = key if isinstance(key, tuple) else None
                 affix = self._affix(state, plain[0], i == 0, first, base, tools) if plain else None
                 if plain and affix is not None:
@@ -176,23 +221,24 @@ class ChatPieces:
                 elif i == 0:
                     text = self._render([first], tools, False)
                 else:
-                    window = self._render([first, message], tools, False)
+                    window = self._render([first, messages[i]], tools, False)
                     if not window.startswith(base):
                         return None
                     text = window[len(base) :]
-                piece = memo[memo_key] = self._make_piece(text)
+                piece = out[i] = memo[memo_keys[i - start]] = self._make_piece(text)
                 if len(memo) > self.max_pieces:
                     memo.popitem(last=False)
-            if i == 0:
-                base = piece.text
-            out.append(piece)
+                if i == 0:
+                    base = piece.text
+        pieces: list[Piece] = out  # type: ignore[assignment]  # no None left
+        base = pieces[0].text
         if state.gen is None:
             with_gen = self._render([first], tools, True)
             if not with_gen.startswith(base):
                 return None
             state.gen = self._make_piece(with_gen[len(base) :])
-        out.append(state.gen)
-        return out
+        pieces.append(state.gen)
+        return pieces
 
     def _render(self, messages: Sequence[Message], tools: Sequence[Any] | None, gen: bool) -> str:
         return self.tokenizer.render_chat(
@@ -289,4 +335,4 @@ def _message_key(message: Message) -> object:
 
 
 def _text_only(text: str) -> Piece:
-    return Piece(text, np.zeros(0, dtype=np.uint32), False)
+    return Piece(text, b"", False)

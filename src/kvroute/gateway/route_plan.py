@@ -57,7 +57,8 @@ def order(
         prompt_tokens=prediction.num_tokens if prediction is not None else 0,
     )
     hits = prediction.hits if prediction is not None else None
-    ordered = order_backends(route, available, pick, hits)
+    displaced = prediction.displaced if prediction is not None else None
+    ordered = order_backends(route, available, pick, hits, displaced)
     if router is None or prediction is None:
         return ordered, None
     explained = prediction.explain(available, ordered[0])

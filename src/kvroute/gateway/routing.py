@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvroute.gateway.backends import Backend
+from kvroute.gateway.cache_view import NO_DISPLACEMENT, Displacement
 from kvroute.gateway.config import ANY_POOL, RouteConfig
 from kvroute.gateway.errors import GatewayError
 from kvroute.gateway.policies.base import PickInput, Policy
@@ -86,10 +87,12 @@ def order_backends(
     available: Sequence[Backend],
     pick: PickInput,
     predicted_hits: Sequence[int] | None = None,
+    displaced: Sequence[Displacement] | None = None,
 ) -> list[Backend]:
-    """The policy's order; ``predicted_hits`` (per backend of ``available``) are the
-    cache views' predictions when the route tokenized the prompt."""
+    """The policy's order; ``predicted_hits`` and ``displaced`` (per backend of
+    ``available``) are the cache views' predictions when the route tokenized the prompt."""
     hits = predicted_hits or [0] * len(available)
-    snapshots = [b.snapshot(h) for b, h in zip(available, hits, strict=True)]
+    lost = displaced or [NO_DISPLACEMENT] * len(available)
+    snapshots = [b.snapshot(h, d) for b, h, d in zip(available, hits, lost, strict=True)]
     order = route.policy.order(snapshots, pick)
     return [available[i] for i in order]

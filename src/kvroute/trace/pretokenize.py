@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from itertools import chain
 
+import numpy as np
 from tokenizers import Tokenizer
+
+from kvroute.types import TokenIds
 
 GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 """The split ``pre_tokenizers.ByteLevel(use_regex=True)`` applies (GPT-2's)."""
@@ -36,8 +38,6 @@ _GPT2_ISOLATED_DIGITS = (
 )
 
 _UNSAFE = re.compile(r"[^\t\n\r\x20-\x7e]")
-# A space next to other whitespace: not every space is then a word boundary.
-_SPACE_BY_SPACE = re.compile(r"[\t\n\r ] | [\t\n\r]")
 _ASCII_CLASSES = {r"\p{L}": "A-Za-z", r"\p{N}": "0-9", r"\s": r"\t\n\r "}
 
 
@@ -112,41 +112,64 @@ class AsciiWordEncoder:
             if split.split_digits:  # digits isolated first, then the split per segment
                 self._digits = re.compile(r"([0-9])").split
         self._byte_level = str.maketrans(_byte_level_table())
-        self._memo: dict[str, tuple[int, ...]] = {}
-        self._chunks: dict[str, tuple[int, ...]] = {}
+        self._memo: dict[str, bytes] = {}
+        """Word -> its ids, packed as uint32."""
+        self._chunks: dict[str, bytes] = {}
+        """``part`` -> the packed ids of the chunk ``" " + part``."""
+        self._heads: dict[str, bytes] = {}
+        """A text's first chunk (no space before it) -> its packed ids."""
         self.max_words = max_words
 
     @staticmethod
     def accepts(text: str) -> bool:
         """Whether :meth:`encode` can take ``text`` (plain ASCII, see the module doc)."""
-        return text.isascii() and _UNSAFE.search(text) is None
+        # isprintable() is a C scan that settles most texts (line ends aside: a chat
+        # message's text starts with one); the regex only runs on the rest.
+        return text.isascii() and (
+            text.isprintable()
+            or text.replace("\n", " ").isprintable()
+            or _UNSAFE.search(text) is None
+        )
 
-    def encode(self, text: str) -> list[int] | None:
-        """The ids ``tokenizer.encode(text, add_special_tokens=False)`` gives, or None
-        when the text is not plain ASCII.
+    def encode(self, text: str) -> TokenIds | None:
+        """The ids ``tokenizer.encode(text, add_special_tokens=False)`` gives (a
+        read-only array), or None when the text is not plain ASCII."""
+        packed = self.encode_packed(text)
+        return None if packed is None else np.frombuffer(packed, dtype=np.uint32)
+
+    def encode_packed(self, text: str) -> bytes | None:
+        """:meth:`encode`'s ids packed as native uint32, or None.
 
         A space between two non-space characters always starts a word (no split regex
         here lets a word run across one, nor start at the character after it), so
         when every space is such a space the text is cut at them into chunks whose
-        words do not depend on their neighbours, and whole chunks are memoised.
+        words do not depend on their neighbours, and whole chunks are memoised (as
+        packed ids, so that a text's ids are one ``bytes.join``).
         """
         if not self.accepts(text):
             return None
-        parts = text.split(" ")
-        if len(parts) < 3 or not parts[0] or not parts[-1] or _SPACE_BY_SPACE.search(text):
-            return self._encode_words(text)
-        chunks = [parts[0], *[" " + part for part in parts[1:]]]
-        memo = self._chunks
-        found = list(map(memo.get, chunks))
-        if None in found:
-            if len(memo) + len(chunks) > self.max_words:
-                memo.clear()
-            for i, chunk in enumerate(chunks):
-                if found[i] is None:
-                    found[i] = memo[chunk] = tuple(self._encode_words(chunk))
-        return list(chain.from_iterable(found))  # type: ignore[arg-type]
+        return b"".join(self._chunk_ids(text))
 
-    def _encode_words(self, text: str) -> list[int]:
+    def _chunk_ids(self, text: str) -> list[bytes]:
+        parts = text.split(" ")
+        if len(parts) < 3 or not parts[0] or not parts[-1] or _space_by_space(text):
+            return [self._encode_words(text)]
+        # Chunks after the first are " " + part, memoised by part (no string built).
+        memo, heads = self._chunks, self._heads
+        found = list(map(memo.get, parts))
+        found[0] = heads.get(parts[0])
+        if None in found:
+            if len(memo) + len(parts) > self.max_words or len(heads) >= self.max_words:
+                memo.clear()  # a bound, not an LRU (as for words)
+                heads.clear()
+            if found[0] is None:
+                found[0] = heads[parts[0]] = self._encode_words(parts[0])
+            for i, part in enumerate(parts):
+                if found[i] is None:
+                    found[i] = memo[part] = self._encode_words(" " + part)
+        return found  # type: ignore[return-value]
+
+    def _encode_words(self, text: str) -> bytes:
         words: list[str] = []
         if self._digits is None:
             words = self._words(text)
@@ -164,6 +187,18 @@ class AsciiWordEncoder:
                     ids = memo.get(word)
                     if ids is None:
                         mapped = word.translate(self._byte_level)
-                        ids = memo[word] = tuple(t.id for t in self._model.tokenize(mapped))
+                        tokens = [t.id for t in self._model.tokenize(mapped)]
+                        ids = memo[word] = np.array(tokens, dtype=np.uint32).tobytes()
                     found[i] = ids
-        return list(chain.from_iterable(found))  # type: ignore[arg-type]
+        return b"".join(found)  # type: ignore[arg-type]
+
+
+def _space_by_space(text: str) -> bool:
+    """Whether a space in ``text`` is next to other whitespace (tab, line end, space):
+    substring scans, several times cheaper than a regex."""
+    return (
+        "  " in text
+        or ("\n" in text and ("\n " in text or " \n" in text))
+        or ("\t" in text and ("\t " in text or " \t" in text))
+        or ("\r" in text and ("\r " in text or " \r" in text))
+    )

@@ -29,6 +29,13 @@ class BackendSnapshot:
     """Requests the gateway has sent it that have not finished (streams included)."""
     predicted_hit_tokens: int = 0
     """Prompt tokens its cache view predicts it would serve from cache (cache_aware)."""
+    displaced_tokens: int = 0
+    """Cached tokens of earlier requests this one would overwrite there (cache_aware;
+    llama.cpp: the idle slot it would take, beyond the prefix it reuses)."""
+    displaced_idle_requests: int = 0
+    """Requests routed since those displaced tokens were last used."""
+    num_slots: int | None = None
+    """Requests it runs at once before the next one waits (llama.cpp slots); None: unknown."""
 
 
 @dataclass(frozen=True, slots=True)
