@@ -58,7 +58,7 @@ _UNBOUNDED = 1 << 62
 class _Block:
     """One physical KV block. Links point at the block itself while it is not queued."""
 
-    __slots__ = ("key", "next", "prev", "ref")
+    __slots__ = ("gen", "key", "next", "parent", "parent_gen", "prev", "ref")
 
     def __init__(self) -> None:
         self.ref = 0
@@ -66,6 +66,11 @@ class _Block:
         """The chained hash the block holds (cached), ``None`` when empty."""
         self.prev: _Block = self
         self.next: _Block = self
+        self.gen = 0
+        """Bumped whenever the block is taken for new content."""
+        self.parent: _Block | None = None
+        """The block that held the previous hash of the chain when this one was cached."""
+        self.parent_gen = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,14 +133,61 @@ class VllmPrefixCache:
         return self._limit - self._num_created + len(self._spare)
 
     def match(self, seq: CacheSeq) -> int:
+        return len(self._hits(seq.key_list(), self._hit_limit(seq))) * self._unit
+
+    def _hits(self, keys: list[object], limit: int) -> list[_Block]:
+        """The cached blocks of the longest cached run of ``keys[:limit]``, in order.
+
+        Cached blocks are nearly always prefix-closed along a sequence (a block is freed
+        no earlier than the blocks after it), so a binary search on the hash map finds
+        where the run ends, and the run is confirmed by walking parent links back from
+        its last block instead of one lookup per block. A link is good while the parent
+        still holds the content it held when the child was cached; otherwise (a
+        generated block cached behind an uncached twin, a reused parent) every key is
+        looked up, as vLLM does.
+        """
         cached = self._cached
-        keys = seq.key_list()
-        m = 0
-        for i in range(self._hit_limit(seq)):
-            if keys[i] not in cached:
+        lo, hi = 0, limit
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if keys[mid] in cached:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == 0:
+            return []
+        blk = cached[keys[lo - 1]]
+        run = [blk]
+        for _ in range(lo - 1):
+            parent = blk.parent
+            if parent is None or parent.gen != blk.parent_gen or parent.key is None:
+                return self._scan(keys, limit)
+            run.append(parent)
+            blk = parent
+        if blk.parent is not None:
+            return self._scan(keys, limit)
+        run.reverse()
+        return run
+
+    def _scan(self, keys: list[object], limit: int) -> list[_Block]:
+        """The cached blocks of ``keys[:limit]`` up to the first miss, one lookup each."""
+        cached = self._cached
+        run: list[_Block] = []
+        for i in range(limit):
+            blk = cached.get(keys[i])
+            if blk is None:
                 break
-            m += 1
-        return m * self._unit
+            run.append(blk)
+        return run
+
+    def _link(self, blk: _Block, blocks: list[_Block], i: int) -> None:
+        """``blk`` (at position ``i`` of ``blocks``) was just cached: link its parent."""
+        parent = blocks[i - 1] if i else None
+        if parent is not None and parent.key is None:
+            parent = None  # an uncached twin: no good link (the walk falls back)
+        blk.parent = parent
+        if parent is not None:
+            blk.parent_gen = parent.gen
 
     def pin(self, request_id: int, seq: CacheSeq, final_tokens: int) -> Admission:
         held = self._held
@@ -152,13 +204,9 @@ class VllmPrefixCache:
         num_tokens = seq.num_tokens
         n_keys = len(keys)
         limit = max(0, min(n_keys, (num_tokens - 1) // unit))
-        blocks: list[_Block] = []
+        blocks = self._hits(keys, limit)
         queued = 0
-        for i in range(limit):
-            blk = cached.get(keys[i])
-            if blk is None:
-                break
-            blocks.append(blk)
+        for blk in blocks:
             if blk.ref == 0:
                 queued += 1
         m = len(blocks)
@@ -187,6 +235,7 @@ class VllmPrefixCache:
             blk = blocks[i]
             if cached.setdefault(h, blk) is blk:
                 blk.key = h
+                self._link(blk, blocks, i)
         self._num_pinned += new
         self._peak_pinned = max(self._peak_pinned, self._num_pinned)
         held[request_id] = (blocks, max(own_end, m))
@@ -198,6 +247,7 @@ class VllmPrefixCache:
         spare = self._spare
         while n and spare:
             blk = spare.pop()
+            blk.gen += 1
             blk.ref = 1
             out.append(blk)
             n -= 1
@@ -226,6 +276,7 @@ class VllmPrefixCache:
                 del cached[h]
                 blk.key = None
                 evicted += 1
+            blk.gen += 1
             blk.ref = 1
             out.append(blk)
         if evicted:
@@ -246,6 +297,7 @@ class VllmPrefixCache:
                     h = fkeys[i - start]
                     if cached.setdefault(h, blk) is blk:
                         blk.key = h
+                        self._link(blk, blocks, i)
         # A sequence's tail goes to the queue first (evicted first); blocks that other
         # requests still hold only lose a reference.
         queue = self._queue
