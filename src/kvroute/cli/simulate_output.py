@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -45,10 +46,29 @@ def write_outputs(
         console.print(f"wrote {html_path}")
 
 
+def _dataclass_fields(obj: object) -> dict[str, object]:
+    """orjson's ``default`` for dataclasses: their fields in order, as orjson writes them.
+
+    Dataclasses pass through here (``OPT_PASSTHROUGH_DATACLASS``) because orjson's own
+    dataclass path reads the compiled engine settings' (``kvroute.cache.native``) unboxed
+    ``bool``/``float`` fields as objects and crashes the interpreter.
+    """
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+
+
+def json_bytes(document: object, *, indent: bool = True) -> bytes:
+    """``document`` (dataclasses, numpy arrays, plain values) as JSON."""
+    opt = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATACLASS
+    if indent:
+        opt |= orjson.OPT_INDENT_2
+    return orjson.dumps(document, default=_dataclass_fields, option=opt)
+
+
 def to_json(result: SimulationResult, validation: ValidationResult | None) -> bytes:
-    opt = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
     if validation is None:
-        return orjson.dumps(result, option=opt) + b"\n"
-    merged = orjson.loads(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY))
+        return json_bytes(result) + b"\n"
+    merged = orjson.loads(json_bytes(result, indent=False))
     merged["validation"] = validation
-    return orjson.dumps(merged, option=opt) + b"\n"
+    return json_bytes(merged) + b"\n"
