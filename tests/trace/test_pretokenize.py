@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from kvroute.trace.gguf import read_gguf_metadata
+from kvroute.trace.gguf_bpe import PRE_FAMILIES, bpe_from_gguf
 from kvroute.trace.pretokenize import AsciiWordEncoder, WordSplit, _space_by_space, ascii_regex
-from kvroute.trace.tokenizer import _PRE_FAMILIES, _bpe_from_gguf, default_model_path
+from kvroute.trace.tokenizer import default_model_path
 from kvroute.types import TokenIds
 
 # Pieces that exercise the split rules: contractions, digit runs, runs of spaces
@@ -21,13 +22,13 @@ ascii_texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 
 
 @pytest.fixture(
-    scope="module", params=_PRE_FAMILIES, ids=[names.split()[0] for _, names in _PRE_FAMILIES]
+    scope="module", params=PRE_FAMILIES, ids=[names.split()[0] for _, names in PRE_FAMILIES]
 )
 def family(request: pytest.FixtureRequest) -> tuple[Tokenizer, AsciiWordEncoder]:
     """The default model's vocabulary and merges under each family's split."""
     meta = read_gguf_metadata(default_model_path())
     pre = request.param[0]
-    tokenizer = _bpe_from_gguf(meta, pre)
+    tokenizer = bpe_from_gguf(meta, pre)
     split = WordSplit(pre.regex, pre.split_digits)
     return tokenizer, AsciiWordEncoder(tokenizer, split)
 

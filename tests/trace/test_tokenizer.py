@@ -20,13 +20,8 @@ import pytest
 from kvroute.engines.paths import llama_server_path
 from kvroute.errors import EngineError, TokenizerError
 from kvroute.trace.gguf import encode_gguf_metadata, read_gguf_metadata
-from kvroute.trace.tokenizer import (
-    ChatTokenizer,
-    cache_dir,
-    default_model_path,
-    load_tokenizer,
-    supported_pre_types,
-)
+from kvroute.trace.gguf_bpe import supported_pre_types
+from kvroute.trace.tokenizer import ChatTokenizer, cache_dir, default_model_path, load_tokenizer
 from kvroute.types import Message
 
 SMOL_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"

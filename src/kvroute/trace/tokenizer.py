@@ -2,24 +2,9 @@
 
 :func:`load_tokenizer` builds a :class:`ChatTokenizer` from a GGUF file (the default:
 SmolLM2-135M-Instruct, the model kvroute's engines serve) or from a Hugging Face
-tokenizer directory. For GGUF the byte-level BPE is rebuilt with the ``tokenizers``
-library from the file's metadata, configured to split text exactly as llama.cpp's
-``llama-vocab.cpp`` does for the file's ``tokenizer.ggml.pre`` type:
-
-=================  ===============================================  ==============
-pre type family    llama.cpp split                                  merges
-=================  ===============================================  ==============
-gpt2               GPT-2 regex                                      ranked
-smollm/starcoder   each digit alone, then the GPT-2 regex           ranked
-llama3             llama3 regex (digits in runs of up to 3)         whole words first
-qwen2              llama3 regex with single digits                  ranked
-=================  ===============================================  ==============
-
-Control, user-defined and unknown tokens (``tokenizer.ggml.token_type`` 3, 4, 2) are
-added tokens, so ``<|im_start|>`` in text is one id, as with llama.cpp's
-``parse_special``. (llama.cpp matches special tokens longest first over the whole text,
-``tokenizers`` leftmost-longest; the two differ only for overlapping special tokens.) :meth:`ChatTokenizer.encode` matches llama-server's prompt
-tokenization (``add_special`` and ``parse_special`` both true): BOS/EOS only where the
+tokenizer directory. For GGUF the byte-level BPE is rebuilt from the file's metadata
+(:mod:`kvroute.trace.gguf_bpe`: llama.cpp's split for the file's ``tokenizer.ggml.pre``).
+:meth:`ChatTokenizer.encode` matches llama-server's prompt tokenization (``add_special`` and ``parse_special`` both true): BOS/EOS only where the
 model asks for them. :meth:`ChatTokenizer.encode_output` matches how a generated answer
 counts: no BOS/EOS, control tokens as plain text.
 """
@@ -29,75 +14,22 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer
 
 from kvroute.errors import TokenizerError
 from kvroute.trace.chat_template import ChatTemplate, compile_chat_template
 from kvroute.trace.gguf import GGUFMetadata, read_gguf_metadata
+from kvroute.trace.gguf_bpe import bpe_from_gguf, pre_type, supported_pre_types
 from kvroute.trace.pretokenize import AsciiWordEncoder, WordSplit
 from kvroute.types import Message, TokenIds
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "run `scripts/install-engines model` to install the default model"
-
-# llama.cpp's token types (llama.h: enum llama_token_type).
-_TOKEN_TYPE_UNKNOWN = 2
-_TOKEN_TYPE_CONTROL = 3
-_TOKEN_TYPE_USER_DEFINED = 4
-
-_LLAMA3_REGEX = (
-    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
-    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_QWEN2_REGEX = _LLAMA3_REGEX.replace(r"\p{N}{1,3}", r"\p{N}")
-
-
-@dataclass(frozen=True, slots=True)
-class _PreType:
-    """How llama.cpp pre-tokenizes one family of ``tokenizer.ggml.pre`` values."""
-
-    regex: str | None  # None: the GPT-2 regex built into ByteLevel
-    split_digits: bool
-    ignore_merges: bool = False
-    add_bos_default: bool = False
-
-
-_GPT2 = _PreType(regex=None, split_digits=False)
-_SMOLLM = _PreType(regex=None, split_digits=True)
-_LLAMA3 = _PreType(_LLAMA3_REGEX, split_digits=False, ignore_merges=True, add_bos_default=True)
-_LLAMA3_RANKED = _PreType(regex=_LLAMA3_REGEX, split_digits=False)
-_QWEN2 = _PreType(regex=_QWEN2_REGEX, split_digits=False)
-
-# tokenizer.ggml.pre values -> llama.cpp's handling (llama-vocab.cpp, llama_vocab::impl::load).
-_PRE_FAMILIES: tuple[tuple[_PreType, str], ...] = (
-    (
-        _GPT2,
-        "gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de a.x-4.0 mellum modern-bert"
-        " mpt olmo jais exaone4",
-    ),
-    (_SMOLLM, "smollm starcoder refact command-r codeshell exaone minerva-7b"),
-    (_LLAMA3, "llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano"),
-    (_LLAMA3_RANKED, "dbrx smaug-bpe"),
-    (_QWEN2, "qwen2 deepseek-r1-qwen kormo f2llmv2 megrez"),
-)
-
-
-def supported_pre_types() -> list[str]:
-    """The ``tokenizer.ggml.pre`` values a GGUF tokenizer can be built for."""
-    return sorted(name for _, names in _PRE_FAMILIES for name in names.split())
-
-
-def _pre_type(name: str) -> _PreType | None:
-    for pre, names in _PRE_FAMILIES:
-        if name in names.split():
-            return pre
-    return None
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -277,13 +209,13 @@ def _from_gguf(path: Path) -> ChatTokenizer:
             f"{path}: tokenizer model '{model}' is not supported (only byte-level BPE, 'gpt2')"
         )
     pre_name = meta.get_str("tokenizer.ggml.pre", "default")
-    pre = _pre_type(pre_name)
+    pre = pre_type(pre_name)
     if pre is None:
         raise TokenizerError(
             f"{path}: pre-tokenizer type '{pre_name}' is not supported",
             hint="supported: " + ", ".join(supported_pre_types()),
         )
-    tokenizer = _bpe_from_gguf(meta, pre)
+    tokenizer = bpe_from_gguf(meta, pre)
     tokens = meta.get_str_list("tokenizer.ggml.tokens")
     bos_id = _optional_id(meta, "tokenizer.ggml.bos_token_id", len(tokens))
     eos_id = _optional_id(meta, "tokenizer.ggml.eos_token_id", len(tokens))
@@ -311,47 +243,6 @@ def _optional_id(meta: GGUFMetadata, key: str, vocab_size: int) -> int | None:
     token_id = meta.get_int(key)
     # llama.cpp ignores out-of-range special ids the same way.
     return token_id if 0 <= token_id < vocab_size else None
-
-
-def _bpe_from_gguf(meta: GGUFMetadata, pre: _PreType) -> Tokenizer:
-    tokens = meta.get_str_list("tokenizer.ggml.tokens")
-    merges = meta.get_str_list("tokenizer.ggml.merges")
-    token_types = (
-        meta.get_int_list("tokenizer.ggml.token_type")
-        if "tokenizer.ggml.token_type" in meta
-        else [1] * len(tokens)
-    )
-    if len(token_types) < len(tokens):
-        raise TokenizerError(f"{meta.source}: fewer token types than tokens")
-    vocab = {token: token_id for token_id, token in enumerate(tokens)}
-    # llama.cpp splits a merge at the first space after the first byte.
-    pairs: list[tuple[str, str]] = []
-    for merge in merges:
-        cut = merge.find(" ", 1)
-        if cut < 0:
-            raise TokenizerError(f"{meta.source}: malformed merge {merge!r}")
-        pairs.append((merge[:cut], merge[cut + 1 :]))
-    try:
-        tokenizer = Tokenizer(
-            models.BPE(vocab=vocab, merges=pairs, ignore_merges=pre.ignore_merges)
-        )
-    except Exception as exc:  # tokenizers raises plain Exception on bad vocab/merges
-        raise TokenizerError(f"{meta.source}: cannot build BPE tokenizer: {exc}") from exc
-    steps: list[pre_tokenizers.PreTokenizer] = []
-    if pre.split_digits:
-        steps.append(pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated"))
-    if pre.regex is not None:
-        steps.append(pre_tokenizers.Split(Regex(pre.regex), behavior="isolated"))
-    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=pre.regex is None))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
-    tokenizer.decoder = decoders.ByteLevel()
-    specials = [
-        AddedToken(tokens[i], special=token_types[i] != _TOKEN_TYPE_USER_DEFINED, normalized=False)
-        for i in range(len(tokens))
-        if token_types[i] in (_TOKEN_TYPE_CONTROL, _TOKEN_TYPE_USER_DEFINED, _TOKEN_TYPE_UNKNOWN)
-    ]
-    tokenizer.add_special_tokens(specials)
-    return tokenizer
 
 
 def _from_hf_dir(path: Path) -> ChatTokenizer:
