@@ -8,10 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvroute.cache.base import U64
+from kvroute.gateway.cache_view import unit_keys
 from kvroute.gateway.prompt_keys import ChainExtender, SessionKeys, extends
 from kvroute.trace.hashing import chain_hashes
-
-UNITS = (1, 3, 16)
 
 # A session's turns: each either extends the previous prompt (the usual chat turn),
 # restarts from a prefix of it (an edited conversation), or is a new prompt.
@@ -33,7 +32,7 @@ def test_session_keys_equal_the_whole_prompts_hashes(
 ) -> None:
     keys = SessionKeys()
     prompt = np.zeros(0, dtype=np.uint32)
-    handed_out: list[tuple[dict[int, U64], dict[int, U64]]] = []
+    handed_out: list[tuple[U64, U64]] = []
     for kind, more, cut in session:
         tail = np.asarray(more, dtype=np.uint32)
         if kind == "extend":
@@ -42,24 +41,21 @@ def test_session_keys_equal_the_whole_prompts_hashes(
             prompt = np.concatenate((prompt[: min(cut, prompt.shape[0])], tail))
         else:
             prompt = tail
-        got = keys.keys(prompt, UNITS, "s")
-        for unit in UNITS:
-            assert got[unit].tolist() == chain_hashes(prompt, unit).tolist()
-        handed_out.append(({u: got[u].copy() for u in UNITS}, got))
+        got = keys.keys(prompt, "s")
+        assert got.tolist() == chain_hashes(prompt, 1).tolist()
+        handed_out.append((got.copy(), got))
     # Later turns write after earlier prompts' hashes, never over them.
-    for copies, arrays in handed_out:
-        for unit in UNITS:
-            assert np.array_equal(copies[unit], arrays[unit])
+    for copy, array in handed_out:
+        assert np.array_equal(copy, array)
 
 
 def test_without_a_session_nothing_is_kept() -> None:
     keys = SessionKeys(max_sessions=1)
     tokens = np.arange(1, 100, dtype=np.uint32)
-    assert keys.keys(tokens, (16,), None)[16].tolist() == chain_hashes(tokens, 16).tolist()
-    keys.keys(tokens[:40], (16,), "a")
-    keys.keys(tokens, (16,), "b")  # evicts "a" (LRU of one)
-    again = keys.keys(tokens[:50], (1, 16), "a")
-    assert again[1].tolist() == chain_hashes(tokens[:50], 1).tolist()
+    assert keys.keys(tokens, None).tolist() == chain_hashes(tokens, 1).tolist()
+    keys.keys(tokens[:40], "a")
+    keys.keys(tokens, "b")  # evicts "a" (LRU of one)
+    assert keys.keys(tokens[:50], "a").tolist() == chain_hashes(tokens[:50], 1).tolist()
 
 
 @given(st.lists(st.integers(0, 2**32 - 1), max_size=90), st.integers(0, 90))
@@ -67,11 +63,10 @@ def test_extender_continues_a_known_prefix(tokens: list[int], cut: int) -> None:
     arr = np.asarray(tokens, dtype=np.uint32)
     prefix = arr[: min(cut, arr.shape[0])]
     extender = ChainExtender()
-    known = extender.extend(prefix, {}, UNITS, room=True)
-    full = extender.extend(arr, known, UNITS)
-    for unit in UNITS:
-        assert full[unit].keys.tolist() == chain_hashes(arr, unit).tolist()
-        assert known[unit].keys.tolist() == chain_hashes(prefix, unit).tolist()
+    known = extender.extend(prefix, None, room=True)
+    full = extender.extend(arr, known)
+    assert full.keys.tolist() == chain_hashes(arr, 1).tolist()
+    assert known.keys.tolist() == chain_hashes(prefix, 1).tolist()
 
 
 def test_extends_compares_whole_prefixes() -> None:
@@ -82,14 +77,30 @@ def test_extends_compares_whole_prefixes() -> None:
 
 
 def test_every_hashing_path_equals_the_whole_prompts_hashes() -> None:
-    """Long tails (the closed-form chain), token ids past the first table (it grows)
-    and past any table (hashed directly), at several units."""
+    """Long tails (the power tables grow), token ids past the first table (it grows)
+    and past any table (hashed directly)."""
     rng = np.random.default_rng(7)
     extender = ChainExtender()
     for high in (50_000, 300_000, 2**32):
         tokens = rng.integers(0, high, 3000, dtype=np.uint64).astype(np.uint32)
         for cut in (0, 1000, 2990):
-            known = extender.extend(tokens[:cut], {}, (1, 3, 16), room=True)
-            full = extender.extend(tokens, known, (1, 3, 16))
-            for unit in (1, 3, 16):
-                assert full[unit].keys.tolist() == chain_hashes(tokens, unit).tolist()
+            known = extender.extend(tokens[:cut], None, room=True)
+            full = extender.extend(tokens, known)
+            assert full.keys.tolist() == chain_hashes(tokens, 1).tolist()
+
+
+@given(st.lists(st.integers(0, 60_000), max_size=200), st.sampled_from([1, 2, 16, 32]))
+def test_unit_keys_share_a_prefix_exactly_when_the_units_do(tokens: list[int], unit: int) -> None:
+    """A model's keys at its unit, taken from the per-token chain: one per full unit,
+    and two prompts' keys agree up to the first unit that differs, as ``chain_hashes``
+    at that unit does."""
+    a = np.asarray(tokens, dtype=np.uint32)
+    b = a.copy()
+    if b.shape[0]:
+        b[b.shape[0] // 2] += 1
+    ka, kb = unit_keys(chain_hashes(a, 1), unit), unit_keys(chain_hashes(b, 1), unit)
+    ca, cb = chain_hashes(a, unit), chain_hashes(b, unit)
+    assert len(ka) == len(ca)
+    assert [x == y for x, y in zip(ka, kb, strict=True)] == [
+        x == y for x, y in zip(ca, cb, strict=True)
+    ]

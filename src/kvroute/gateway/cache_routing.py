@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from kvroute.cache.base import CacheSeq
+from kvroute.cache.base import U64, CacheSeq
 from kvroute.gateway.backends import Backend
 from kvroute.gateway.cache_view import Displacement
 from kvroute.gateway.prompt_keys import SessionKeys
@@ -28,9 +27,13 @@ DEFAULT_MAX_OUTPUT_TOKENS = 256
 """Room reserved for the answer when the request sets no ``max_tokens``."""
 
 
-@dataclass(frozen=True, slots=True)
-class Prediction:
+class Prediction(NamedTuple):
+    """What the router predicts of one request on each candidate backend (a named
+    tuple: one is built per request)."""
+
     token_ids: TokenIds
+    token_keys: U64
+    """The prompt's per-token chained hashes (each view takes its units' from them)."""
     seqs: list[CacheSeq]
     """Per candidate backend: the prompt at that backend's cache unit."""
     hits: list[int]
@@ -51,8 +54,8 @@ class CacheRouter:
     """Per-request cache predictions over the backends' views. Event-loop only.
 
     A session's previous prompt is kept (:class:`~kvroute.gateway.prompt_keys.SessionKeys`,
-    LRU, ``max_sessions``): when the new prompt extends it, only the new units are
-    hashed.
+    LRU, ``max_sessions``): when the new prompt extends it, only the new tokens are
+    hashed, once for every view (:func:`~kvroute.gateway.cache_view.unit_keys`).
     """
 
     def __init__(
@@ -73,23 +76,21 @@ class CacheRouter:
         if token_ids is None or token_ids.shape[0] == 0:
             return None
         views = [backend.view() for backend in backends]
-        units = {view.model.unit_tokens for view in views}
-        keys_by_unit = self._keys.keys(token_ids, units, session_key)
-        by_unit: dict[tuple[int, bool], CacheSeq] = {}
+        token_keys = self._keys.keys(token_ids, session_key)
+        by_kind: dict[tuple[int, bool], CacheSeq] = {}
         seqs: list[CacheSeq] = []
         hits: list[int] = []
         displaced: list[Displacement] = []
         tick = self._next_request_id
         for view in views:
-            model = view.model
-            key = (model.unit_tokens, model.needs_token_ids)
-            seq = by_unit.get(key)
+            kind = view.seq_kind
+            seq = by_kind.get(kind)
             if seq is None:
-                seq = by_unit[key] = view.seq(token_ids, keys_by_unit[key[0]])
+                seq = by_kind[kind] = view.seq(token_ids, token_keys)
             seqs.append(seq)
             hits.append(view.predict(seq))
             displaced.append(view.displaced(seq, tick))
-        return Prediction(token_ids, seqs, hits, displaced)
+        return Prediction(token_ids, token_keys, seqs, hits, displaced)
 
     def start(
         self,
@@ -107,7 +108,7 @@ class CacheRouter:
             max_output = DEFAULT_MAX_OUTPUT_TOKENS
         view = chosen.view()
         seq = prediction.seqs[backends.index(chosen)]
-        view.start(request_id, seq, prediction.token_ids, max_output)
+        view.start(request_id, seq, prediction.token_ids, max_output, prediction.token_keys)
         if self.logger.isEnabledFor(logging.DEBUG):
             self.logger.debug(prediction.explain(backends, chosen))
 

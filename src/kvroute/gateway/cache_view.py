@@ -10,7 +10,14 @@ from its cache. The picture is a model, not the engine's state: it is right when
 traffic to the backend goes through this gateway and the engine keeps what its model
 says it keeps.
 
-Prompt token ids come from :mod:`kvroute.gateway.prompt_tokens`.
+A view keys a prompt by the chained hashes of :mod:`kvroute.trace.hashing` at one
+token (the router keeps them per session, :mod:`kvroute.gateway.prompt_keys`), and a
+model with larger units (vLLM's 16-token blocks) takes every ``unit``-th of them: the
+key of a block is the hash of the whole prefix that ends with it. Like
+``chain_hashes(ids, unit)`` two prompts share a prefix of these keys exactly when they
+share those blocks, though the numbers differ; hashing once at one token serves every
+model (and capture's trace hashes are computed apart). Prompt token ids come from
+:mod:`kvroute.gateway.prompt_tokens`.
 """
 
 from __future__ import annotations
@@ -51,10 +58,16 @@ class CacheViewConfig:
         )
 
 
-def _seq(token_ids: TokenIds, unit_tokens: int, keep_ids: bool, keys: U64 | None) -> CacheSeq:
+def unit_keys(token_keys: U64, unit_tokens: int) -> U64:
+    """A model's keys at ``unit_tokens`` from a prompt's per-token chained hashes: the
+    hash of each prefix that ends a full unit (a strided view, no copy)."""
+    return token_keys if unit_tokens == 1 else token_keys[unit_tokens - 1 :: unit_tokens]
+
+
+def _seq(token_ids: TokenIds, unit_tokens: int, keep_ids: bool, token_keys: U64) -> CacheSeq:
     n = int(token_ids.shape[0])
     return CacheSeq(
-        keys=chain_hashes(token_ids, unit_tokens) if keys is None else keys,
+        keys=unit_keys(token_keys, unit_tokens),
         num_tokens=n,
         num_units=units_for(n, unit_tokens),
         unit_tokens=unit_tokens,
@@ -81,23 +94,33 @@ class BackendCacheView:
         capacity = config.capacity_tokens or DEFAULT_CAPACITY_TOKENS[engine]
         settings = EngineSettings(llamacpp=config.llamacpp())
         self.model: PrefixCache = cache_models(settings).get(engine)(CacheGeometry(capacity))
+        model = self.model
+        self.num_slots: int | None = (
+            model.config.num_slots if isinstance(model, LlamaCppPrefixCache) else None
+        )
+        """Requests the engine runs at once (llama.cpp slots); None for the others."""
+        self.seq_kind = (model.unit_tokens, model.needs_token_ids)
+        """What a sequence for this model depends on besides the prompt (views of the
+        same kind can share one)."""
+        self._slot_victims: LlamaCppPrefixCache | None = (
+            model
+            if isinstance(model, LlamaCppPrefixCache) and model.config.cache_ram_mib == 0
+            else None
+        )
         self._pinned: dict[int, tuple[TokenIds, U64]] = {}
+        """Request id -> its prompt's token ids and per-token keys."""
         self._next_pseudo = 0
         self._slot_used_at: dict[int, int] = {}  # llama.cpp slot -> router tick of its last end
         # Sent while the model had no room (every llama.cpp slot busy): the engine queues
         # them and runs them, oldest first, as requests end; so does the view.
-        self._waiting: dict[int, tuple[CacheSeq, TokenIds, int]] = {}
+        self._waiting: dict[int, tuple[CacheSeq, TokenIds, int, U64 | None]] = {}
 
-    @property
-    def num_slots(self) -> int | None:
-        """Requests the engine runs at once (llama.cpp slots); None for the others."""
-        model = self.model
-        return model.config.num_slots if isinstance(model, LlamaCppPrefixCache) else None
-
-    def seq(self, token_ids: TokenIds, keys: U64 | None = None) -> CacheSeq:
-        """``token_ids`` as this model's sequence; ``keys`` are their chained hashes at
-        the model's unit when the caller has them already."""
-        return _seq(token_ids, self.model.unit_tokens, self.model.needs_token_ids, keys)
+    def seq(self, token_ids: TokenIds, token_keys: U64 | None = None) -> CacheSeq:
+        """``token_ids`` as this model's sequence; ``token_keys`` are their per-token
+        chained hashes (``chain_hashes(token_ids, 1)``) when the caller has them."""
+        if token_keys is None:
+            token_keys = chain_hashes(token_ids, 1)
+        return _seq(token_ids, *self.seq_kind, token_keys)
 
     def predict(self, seq: CacheSeq) -> int:
         """Prompt tokens the backend would serve from its cache now. Does not mutate."""
@@ -109,8 +132,8 @@ class BackendCacheView:
         count now. Nothing for the other engines (they evict least recently used blocks)
         nor with llama.cpp's host prompt cache (``--cache-ram``: the slot is saved there
         before it is reused). Does not mutate."""
-        model = self.model
-        if not isinstance(model, LlamaCppPrefixCache) or model.config.cache_ram_mib != 0:
+        model = self._slot_victims
+        if model is None:
             return NO_DISPLACEMENT
         victim = model.victim(seq)
         if victim is None or victim[1] == 0:
@@ -118,17 +141,37 @@ class BackendCacheView:
         index, lost = victim
         return Displacement(lost, tick - self._slot_used_at.get(index, tick))
 
-    def start(self, request_id: int, seq: CacheSeq, token_ids: TokenIds, max_output: int) -> None:
+    def start(
+        self,
+        request_id: int,
+        seq: CacheSeq,
+        token_ids: TokenIds,
+        max_output: int,
+        token_keys: U64 | None = None,
+    ) -> None:
         """A request was sent here: pin its prompt, or queue it while the model has no room
-        (skipped when it can never fit)."""
-        if self._waiting or not self._pin(request_id, seq, token_ids, max_output):
-            self._waiting[request_id] = (seq, token_ids, max_output)
+        (skipped when it can never fit). ``token_keys``: as for :meth:`seq` (needed at
+        the request's end; computed then when not given)."""
+        if token_keys is None and self.model.unit_tokens == 1:
+            token_keys = seq.keys
+        waiting = (seq, token_ids, max_output, token_keys)
+        if self._waiting or not self._pin(request_id, *waiting):
+            self._waiting[request_id] = waiting
 
-    def _pin(self, request_id: int, seq: CacheSeq, token_ids: TokenIds, max_output: int) -> bool:
+    def _pin(
+        self,
+        request_id: int,
+        seq: CacheSeq,
+        token_ids: TokenIds,
+        max_output: int,
+        token_keys: U64 | None,
+    ) -> bool:
         """Pin it; False when the model has no room now."""
         status = self.model.pin(request_id, seq, seq.num_tokens + max_output).status
         if status is AdmitStatus.ADMITTED:
-            self._pinned[request_id] = (token_ids, seq.keys)
+            if token_keys is None:
+                token_keys = chain_hashes(token_ids, 1)
+            self._pinned[request_id] = (token_ids, token_keys)
         return status is not AdmitStatus.NO_ROOM
 
     def finish(self, request_id: int, num_output_tokens: int, tick: int = 0) -> None:
@@ -140,15 +183,14 @@ class BackendCacheView:
             return
         if isinstance(self.model, LlamaCppPrefixCache):
             self._slot_used_at[self.model.slot_of(request_id)] = tick
-        token_ids, prompt_keys = pinned
+        token_ids, token_keys = pinned
         num_kept = max(num_output_tokens - 1, 0)  # the last token never gets KV
         pseudo = np.arange(self._next_pseudo, self._next_pseudo + num_kept, dtype=np.uint64)
         self._next_pseudo = (self._next_pseudo + num_kept) % (1 << 30)
         outputs = (pseudo + _PSEUDO_BASE).astype(np.uint32)
         final = np.concatenate((token_ids, outputs))
-        # The prompt's full units are hashed already: extend their chain over the rest.
-        keys = extend_chain_hashes(prompt_keys, final, self.model.unit_tokens)
-        self.model.unpin(request_id, self.seq(final, keys))
+        # The prompt is hashed already: extend its chain over the outputs.
+        self.model.unpin(request_id, self.seq(final, extend_chain_hashes(token_keys, final, 1)))
         while self._waiting:
             waiting_id = next(iter(self._waiting))
             if not self._pin(waiting_id, *self._waiting[waiting_id]):

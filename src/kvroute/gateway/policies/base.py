@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from kvroute.gateway.types import WorkloadClass
 
 
-@dataclass(frozen=True, slots=True)
-class BackendSnapshot:
-    """One backend as a policy sees it, at one moment."""
+class BackendSnapshot(NamedTuple):
+    """One backend as a policy sees it, at one moment. (A named tuple: a cache_aware
+    route builds one per backend per request, and a frozen dataclass costs several
+    times more to build.)"""
 
     name: str
     weight: float
@@ -38,9 +38,8 @@ class BackendSnapshot:
     """Requests it runs at once before the next one waits (llama.cpp slots); None: unknown."""
 
 
-@dataclass(frozen=True, slots=True)
-class PickInput:
-    """What a policy may use besides the snapshots.
+class PickInput(NamedTuple):
+    """What a policy may use besides the snapshots (a named tuple, as BackendSnapshot).
 
     ``sequence`` counts the route's requests (round robin takes turns with it);
     ``session_key`` is the request's session (header or ``user``), None without one.
