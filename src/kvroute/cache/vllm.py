@@ -134,10 +134,10 @@ class VllmPrefixCache:
         return self._limit - self._num_created + len(self._spare)
 
     def match(self, seq: CacheSeq) -> int:
-        return len(self._hits(seq.key_list(), self._hit_limit(seq))) * self._unit
+        return len(self._hits(seq, self._hit_limit(seq))) * self._unit
 
-    def _hits(self, keys: list[object], limit: int) -> list[_Block]:
-        """The cached blocks of the longest cached run of ``keys[:limit]``, in order.
+    def _hits(self, seq: CacheSeq, limit: int) -> list[_Block]:
+        """The cached blocks of the longest cached run of ``seq.keys[:limit]``, in order.
 
         Cached blocks are nearly always prefix-closed along a sequence (a block is freed
         no earlier than the blocks after it), so a binary search on the hash map finds
@@ -145,28 +145,30 @@ class VllmPrefixCache:
         its last block instead of one lookup per block. A link is good while the parent
         still holds the content it held when the child was cached; otherwise (a
         generated block cached behind an uncached twin, a reused parent) every key is
-        looked up, as vLLM does.
+        looked up, as vLLM does. The search reads single keys off the array (a long
+        prompt's keys are converted to Python ints only where a scan needs them all).
         """
         cached = self._cached
+        keys = seq.keys
         lo, hi = 0, limit
         while lo < hi:
             mid = (lo + hi) // 2
-            if keys[mid] in cached:
+            if int(keys[mid]) in cached:
                 lo = mid + 1
             else:
                 hi = mid
         if lo == 0:
             return []
-        blk = cached[keys[lo - 1]]
+        blk = cached[int(keys[lo - 1])]
         run = [blk]
         for _ in range(lo - 1):
             parent = blk.parent
             if parent is None or parent.gen != blk.parent_gen or parent.key is None:
-                return self._scan(keys, limit)
+                return self._scan(seq.key_list(), limit)
             run.append(parent)
             blk = parent
         if blk.parent is not None:
-            return self._scan(keys, limit)
+            return self._scan(seq.key_list(), limit)
         run.reverse()
         return run
 
@@ -200,12 +202,11 @@ class VllmPrefixCache:
         if len(held) >= self.config.max_num_seqs:
             return NO_ROOM
         cached = self._cached
-        keys = seq.key_list()
         unit = self._unit
         num_tokens = seq.num_tokens
-        n_keys = len(keys)
+        n_keys = seq.num_keys
         limit = max(0, min(n_keys, (num_tokens - 1) // unit))
-        blocks = self._hits(keys, limit)
+        blocks = self._hits(seq, limit)
         queued = 0
         for blk in blocks:
             if blk.ref == 0:
@@ -231,8 +232,9 @@ class VllmPrefixCache:
         # recomputes it into a duplicate block, modelled as uncached. A prompt block whose
         # hash another block already holds stays uncached the same way.
         own_end = min(n_keys, num_tokens // unit)
+        new_keys: list[object] = seq.keys[m:own_end].tolist() if own_end > m else []
         for i in range(m, own_end):
-            h = keys[i]
+            h = new_keys[i - m]
             blk = blocks[i]
             if cached.setdefault(h, blk) is blk:
                 blk.key = h
