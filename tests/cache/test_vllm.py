@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from cache_traces import pair
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kvroute.cache.base import AdmitStatus, CacheGeometry
+from kvroute.cache.base import AdmitStatus, CacheGeometry, CacheSeq
 from kvroute.cache.vllm import VllmConfig, VllmPrefixCache
 
 B = 4
@@ -84,3 +86,48 @@ def test_max_num_seqs() -> None:
     m = model(None, max_num_seqs=1)
     assert m.pin(0, pair(B, [1]).prompt, 1).status is AdmitStatus.ADMITTED
     assert m.pin(1, pair(B, [2]).prompt, 1).status is AdmitStatus.NO_ROOM
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["match-pin", "match-unpin-pin", "match-evict-pin", "unpin"]),
+            st.integers(0, 5),
+            st.integers(0, 9),
+        ),
+        max_size=40,
+    )
+)
+def test_a_pin_after_a_match_admits_as_a_pin_alone(script: list[tuple[str, int, int]]) -> None:
+    """The gateway asks ``match`` and then pins the same sequence: the model reuses the
+    match's run of hits, and must admit exactly as without the match, also when the
+    pool changed in between (a request ended, blocks were evicted)."""
+    prompts = [[p % 3, *range(10 * p, 10 * p + 13 + p)] for p in range(6)]
+    asked, alone = model(64), model(64)
+    running: dict[int, CacheSeq] = {}
+
+    def end_one(i: int) -> None:
+        if running:
+            done = sorted(running)[i % len(running)]
+            final = running.pop(done)
+            asked.unpin(done, final)
+            alone.unpin(done, final)
+
+    for rid, (kind, i, out) in enumerate(script):
+        if kind == "unpin":
+            end_one(i)
+            continue
+        p = pair(B, prompts[(rid + i) % 6], out, rid)
+        asked.match(p.prompt)
+        if kind == "match-unpin-pin":
+            end_one(i)
+        elif kind == "match-evict-pin":
+            assert asked.evict(8) == alone.evict(8)
+        a = asked.pin(rid, p.prompt, p.final.num_tokens)
+        b = alone.pin(rid, p.prompt, p.final.num_tokens)
+        assert (a.status, a.cached_tokens) == (b.status, b.cached_tokens)
+        assert (asked.usage(), asked.stats()) == (alone.usage(), alone.stats())
+        if a.status is AdmitStatus.ADMITTED:
+            running[rid] = p.final
+        asked.check_invariants()

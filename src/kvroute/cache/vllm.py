@@ -112,6 +112,11 @@ class VllmPrefixCache:
         self._num_evictions = 0
         self._next_insert_id = -1
         self._admitted = Admitted()
+        # The last match's run of hits, for a pin of the same sequence right after it
+        # (the gateway asks, then pins in the backend it chose); any change forgets it.
+        self._memo_seq: CacheSeq | None = None
+        self._memo_limit = 0
+        self._memo_run: list[_Block] = []
 
     @property
     def unit_tokens(self) -> int:
@@ -134,7 +139,10 @@ class VllmPrefixCache:
         return self._limit - self._num_created + len(self._spare)
 
     def match(self, seq: CacheSeq) -> int:
-        return len(self._hits(seq, self._hit_limit(seq))) * self._unit
+        limit = self._hit_limit(seq)
+        run = self._hits(seq, limit)
+        self._memo_seq, self._memo_limit, self._memo_run = seq, limit, run
+        return len(run) * self._unit
 
     def _hits(self, seq: CacheSeq, limit: int) -> list[_Block]:
         """The cached blocks of the longest cached run of ``seq.keys[:limit]``, in order.
@@ -206,7 +214,11 @@ class VllmPrefixCache:
         num_tokens = seq.num_tokens
         n_keys = seq.num_keys
         limit = max(0, min(n_keys, (num_tokens - 1) // unit))
-        blocks = self._hits(seq, limit)
+        if seq is self._memo_seq and limit == self._memo_limit:
+            blocks = self._memo_run.copy()
+        else:
+            blocks = self._hits(seq, limit)
+        self._memo_seq = None
         queued = 0
         for blk in blocks:
             if blk.ref == 0:
@@ -288,6 +300,7 @@ class VllmPrefixCache:
             self._num_evictions += 1
 
     def unpin(self, request_id: int, final: CacheSeq) -> None:
+        self._memo_seq = None
         blocks, start = self._held.pop(request_id)
         cached = self._cached
         n_full = min(final.num_keys, final.num_tokens // self._unit, len(blocks))
@@ -334,6 +347,7 @@ class VllmPrefixCache:
     def evict(self, num_tokens: int) -> int:
         """Pop the free queue head until enough cached blocks are gone; popped blocks
         become empty spare blocks (allocated like never-used ones)."""
+        self._memo_seq = None
         queue, cached = self._queue, self._cached
         evicted = 0
         while queue.next is not queue and evicted * self._unit < num_tokens:
