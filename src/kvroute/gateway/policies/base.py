@@ -77,4 +77,5 @@ def no_options(name: str, options: Mapping[str, object]) -> None:
 
 def by_load(backends: Sequence[BackendSnapshot], indexes: Sequence[int]) -> list[int]:
     """``indexes`` sorted by outstanding requests per unit of weight (stable)."""
-    return sorted(indexes, key=lambda i: backends[i].num_outstanding / backends[i].weight)
+    loads = [b.num_outstanding / b.weight for b in backends]
+    return sorted(indexes, key=loads.__getitem__)

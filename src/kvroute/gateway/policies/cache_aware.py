@@ -71,30 +71,42 @@ class CacheAware:
     def order(self, backends: Sequence[BackendSnapshot], pick: PickInput) -> list[int]:
         n = len(backends)
         start = pick.sequence % n  # ties between equal loads rotate
-        by_least_load = by_load(backends, [(start + i) % n for i in range(n)])
-        if pick.prompt_tokens <= 0:
+        by_least_load = by_load(backends, [*range(start, n), *range(start)])
+        prompt_tokens = pick.prompt_tokens
+        if prompt_tokens <= 0:
             return by_least_load
-        total = sum(b.num_outstanding for b in backends) + 1
-        total_weight = sum(b.weight for b in backends)
-        within = [
-            i
-            for i in by_least_load
-            if backends[i].num_outstanding + 1
-            <= math.ceil(self.load_factor * total * backends[i].weight / total_weight)
-        ]
-        within.sort(key=lambda i: self.cost(backends[i], pick.prompt_tokens))
-        return within + [i for i in by_least_load if i not in within]
+        total = 1
+        total_weight = 0.0
+        for b in backends:
+            total += b.num_outstanding
+            total_weight += b.weight
+        bound = self.load_factor * total
+        within: list[int] = []
+        over: list[int] = []
+        for i in by_least_load:
+            b = backends[i]
+            fits = b.num_outstanding + 1 <= math.ceil(bound * b.weight / total_weight)
+            (within if fits else over).append(i)
+        if len(within) > 1:
+            costs = [self.cost(b, prompt_tokens) for b in backends]
+            within.sort(key=costs.__getitem__)
+        within += over
+        return within
 
     def cost(self, backend: BackendSnapshot, prompt_tokens: int) -> float:
         """The request's expected cost on ``backend``, in prompt-token equivalents."""
         hit = backend.predicted_hit_tokens
         uncached = prompt_tokens - (hit if hit >= self.min_hit_tokens else 0)
-        load = self.tokens_per_outstanding * backend.num_outstanding / backend.weight
-        live = math.pow(0.5, backend.displaced_idle_requests / self.displaced_half_life)
-        displaced = self.displaced_weight * backend.displaced_tokens * live
+        outstanding = backend.num_outstanding
+        cost = uncached + self.tokens_per_outstanding * outstanding / backend.weight
+        displaced = backend.displaced_tokens
+        if displaced:  # (terms that are zero are skipped: the sum is the same)
+            live = math.pow(0.5, backend.displaced_idle_requests / self.displaced_half_life)
+            cost += self.displaced_weight * displaced * live
         slots = backend.num_slots
-        waits = slots is not None and backend.num_outstanding >= slots
-        return uncached + load + displaced + (self.queue_tokens if waits else 0)
+        if slots is not None and outstanding >= slots:
+            cost += self.queue_tokens
+        return cost
 
 
 def cache_aware(options: Mapping[str, object]) -> CacheAware:
