@@ -90,6 +90,15 @@ def _gateway_config(tmp: Path, name: str, port: int, stub_port: int, capture: bo
     return config
 
 
+def _capture_build() -> str:
+    """Which build renders capture records here: compiled, or the Python sources and why."""
+    try:
+        from kvroute.gateway import native
+    except ImportError:  # a tree from before the compiled build
+        return "python sources (no compiled build in this tree)"
+    return native.status()[1]
+
+
 def _capture_compare(args: argparse.Namespace) -> None:
     """Capture on vs off: two gateways, the same interleaved open-loop traffic."""
     cpus = sorted(os.sched_getaffinity(0))
@@ -173,6 +182,7 @@ def _capture_compare(args: argparse.Namespace) -> None:
             "seconds": args.seconds,
             "system_chars": args.system_chars,
             "distinct_prompts": args.distinct_prompts,
+            "capture_build": _capture_build(),
             "runs": runs,
             "capture_cpu_ratio_median": statistics.median(ratios),
             "capture_cpu_overhead_pct_median": round((statistics.median(ratios) - 1) * 100, 2),

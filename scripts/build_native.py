@@ -1,8 +1,9 @@
-"""Build the compiled replay modules (see ``src/kvroute/cache/native.py``).
+"""Build the compiled modules: the replay's (``src/kvroute/cache/native.py``) and
+capture's and prompt tokenizing's (``src/kvroute/gateway/native.py``), one mypyc group each.
 
 Usage: ``scripts/build-native [--force]``. Needs mypy (a dev dependency: mypyc comes with
-it) and a C compiler. The build runs in a temporary copy of ``src/`` and only replaces
-``src/kvroute/cache/_native/`` when it succeeded, stamp last, so an interrupted or failed
+it) and a C compiler. Each build runs in a temporary copy of ``src/`` and only replaces
+its package's ``_native/`` when it succeeded, stamp last, so an interrupted or failed
 build leaves the package on its previous build or on the Python sources.
 """
 
@@ -21,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from kvroute.cache import native  # noqa: E402
+from kvroute.cache.native import BUILD as CACHE  # noqa: E402
+from kvroute.gateway.native import BUILD as GATEWAY  # noqa: E402
+from kvroute.native_group import STAMP, NativeGroup  # noqa: E402
 
 SETUP = """
 from mypyc.build import mypycify
@@ -39,14 +42,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="rebuild even when current")
     args = parser.parse_args()
+    failed = 0
+    for group in (CACHE, GATEWAY):
+        failed += _build(group, force=args.force)
+    return 1 if failed else 0
+
+
+def _build(native: NativeGroup, *, force: bool) -> int:
+    package = native.package
     usable, why = native.status()
-    if usable and not args.force:
-        print("[build-native] up to date", file=sys.stderr)
+    if usable and not force:
+        print(f"[build-native] kvroute.{package}: up to date", file=sys.stderr)
         return 0
     if os.environ.get("KVROUTE_NATIVE") == "0":
         print("[build-native] KVROUTE_NATIVE=0: building anyway", file=sys.stderr)
     print(
-        f"[build-native] compiling {len(native.COMPILED)} modules with mypyc ({why})",
+        f"[build-native] compiling {len(native.compiled)} modules of kvroute.{package} "
+        f"with mypyc ({why})",
         file=sys.stderr,
     )
     started = time.monotonic()
@@ -58,8 +70,8 @@ def main() -> int:
             work / "kvroute",
             ignore=shutil.ignore_patterns("_native", "__pycache__"),
         )
-        files = [f"kvroute/cache/{m}.py" for m in native.COMPILED]
-        (work / "setup_native.py").write_text(SETUP.format(files=files, group=native.GROUP))
+        files = [f"kvroute/{package}/{m}.py" for m in native.compiled]
+        (work / "setup_native.py").write_text(SETUP.format(files=files, group=native.group))
         env = {**os.environ, "MYPYPATH": str(work)}
         done = subprocess.run(
             [sys.executable, "setup_native.py"],
@@ -77,30 +89,30 @@ def main() -> int:
                 file=sys.stderr,
             )
             return 1
-        built = sorted((work / "kvroute" / "cache").glob("*.so"))
+        built = sorted((work / "kvroute" / package).glob("*.so"))
         if not built:
             print("[build-native] error: mypyc produced no extension modules", file=sys.stderr)
             return 1
-        staging = native.NATIVE_DIR.with_name("_native.new")
+        staging = native.native_dir.with_name("_native.new")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         for so in built:
             shutil.copy2(so, staging / so.name)
         stamp = {
             "digest": digest,
-            "modules": list(native.COMPILED),
+            "modules": list(native.compiled),
             "python": sys.version.split()[0],
         }
-        (staging / native.STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
-        shutil.rmtree(native.NATIVE_DIR, ignore_errors=True)
-        staging.rename(native.NATIVE_DIR)
+        (staging / STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
+        shutil.rmtree(native.native_dir, ignore_errors=True)
+        staging.rename(native.native_dir)
     if native.source_digest() != digest:
         print(
             "[build-native] warning: sources changed during the build; it is stale", file=sys.stderr
         )
     print(
         f"[build-native] built {len(built)} extension modules in "
-        f"{time.monotonic() - started:.0f} s -> {native.NATIVE_DIR.relative_to(ROOT)}",
+        f"{time.monotonic() - started:.0f} s -> {native.native_dir.relative_to(ROOT)}",
         file=sys.stderr,
     )
     return 0

@@ -7,15 +7,12 @@ settings, every per-request figure and counter compared exactly.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kvroute.cache import native
+from native_builds import assert_same, outcomes
 
 HERE = Path(__file__).resolve().parent
 
@@ -65,48 +62,10 @@ print(json.dumps(out))
 """
 
 
-def outcomes(compiled: bool) -> dict[str, object]:
-    env = {**os.environ, "KVROUTE_NATIVE": "1" if compiled else "0"}
-    done = subprocess.run(
-        [sys.executable, "-c", OUTCOMES, str(HERE)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    result: dict[str, object] = json.loads(done.stdout)
-    return result
-
-
 @pytest.mark.skipif(not native.status()[0], reason=f"compiled build: {native.status()[1]}")
 def test_compiled_and_python_builds_replay_identically() -> None:
-    compiled, python = outcomes(True), outcomes(False)
-    assert compiled.pop("compiled") is True
-    assert python.pop("compiled") is False
-    assert compiled.keys() == python.keys()
-    for key in compiled:
-        assert compiled[key] == python[key], f"{key}: the compiled build differs"
+    python = outcomes(OUTCOMES, str(HERE), compiled=False)
+    assert_same(outcomes(OUTCOMES, str(HERE), compiled=True), python)
     # The configurations exercise the models: hits, waits and rejections all occur.
     assert any(sum(v["cached"]) for v in python.values())  # type: ignore[index]
     assert any(max(v["wait"]) > 0 for v in python.values())  # type: ignore[index]
-
-
-def test_a_stale_build_is_not_used(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("KVROUTE_NATIVE", raising=False)
-    monkeypatch.setattr(native, "NATIVE_DIR", tmp_path)
-    (tmp_path / native.STAMP).write_text(json.dumps({"digest": "built from older sources"}))
-    assert native.status() == (
-        False,
-        "stale: the sources changed since the build (run scripts/build-native)",
-    )
-    assert native.search_path(["src"]) == ["src"]
-    (tmp_path / native.STAMP).write_text(json.dumps({"digest": native.source_digest()}))
-    assert native.status()[0]
-    assert native.search_path(["src"]) == [str(tmp_path), "src"]
-
-
-def test_kvroute_native_0_forces_the_sources(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KVROUTE_NATIVE", "0")
-    assert native.status() == (False, "disabled by KVROUTE_NATIVE=0")
-    assert native.search_path(["src"]) == ["src"]

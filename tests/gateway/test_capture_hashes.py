@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import orjson
 import pytest
 
 from kvroute.gateway.capture_hashes import PrefixHasher, batch_block_hashes
@@ -13,7 +14,8 @@ from kvroute.trace.writer import prompt_block_hashes
 def test_prefix_reuse_gives_the_writers_hashes(block_size_tokens: int) -> None:
     """Prompts that start like earlier ones (cut anywhere: inside a block, on a
     checkpoint, past it), across batches, hash exactly as the writer hashes them
-    alone; and the later ones take their prefixes from the memo."""
+    alone, with the JSON orjson gives them; and the later ones take their prefixes
+    from the memo."""
     rng = np.random.default_rng(7)
     shared = [rng.integers(0, 50_000, n).astype(np.uint32) for n in (130, 1030, 4100)]
     hasher = PrefixHasher(block_size_tokens)
@@ -25,7 +27,9 @@ def test_prefix_reuse_gives_the_writers_hashes(block_size_tokens: int) -> None:
             more = rng.integers(0, 50_000, int(rng.integers(0, 70))).astype(np.uint32)
             batch.append(np.concatenate((prefix[:cut], more)))
         batch.append(np.zeros(0, dtype=np.uint32))
-        got = hasher.hashes(batch)
+        rendered = hasher.hashes_json(batch)
+        got = [h for h, _ in rendered]
+        assert [j for _, j in rendered] == [orjson.dumps(h) for h in got]  # JSON reused exactly
         assert got == batch_block_hashes(batch, block_size_tokens)
         assert got == [prompt_block_hashes(ids, block_size_tokens).tolist() for ids in batch]
     assert hasher.num_prefix_hits > 0

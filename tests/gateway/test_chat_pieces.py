@@ -23,6 +23,9 @@ CONTENTS = [
     "<think>hmm</think>ok",
     'json {"a": [1, 2]}',
     "naïve café 🙂",
+    "ends in half a special <|im_",  # spliced contents: halves of added tokens at the seams
+    "end|> starts with the other half",
+    "|>",
 ]
 messages_strategy = st.lists(
     st.fixed_dictionaries(

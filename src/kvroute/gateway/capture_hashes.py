@@ -21,8 +21,16 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
-from kvroute.trace.hashing import DEFAULT_SEED, block_contents, chain_hashes_batch, extend_chain
+from kvroute.trace.hashing import (  # the content hash's parts, for partial blocks in one pass
+    _M2,
+    DEFAULT_SEED,
+    _mix,
+    _weights,
+    chain_hashes_batch,
+    extend_chain,
+)
 from kvroute.types import TokenIds
 
 MIN_CHECKPOINT_BLOCKS = 8
@@ -37,20 +45,27 @@ class PrefixHasher:
         self.block_size_tokens = block_size_tokens
         self.max_memo_bytes = max_memo_bytes
         self.num_prefix_hits = 0
-        self._memo: OrderedDict[bytes, list[int]] = OrderedDict()
+        self._memo: OrderedDict[bytes, tuple[list[int], bytes]] = OrderedDict()
+        """A prefix's token bytes -> its block hashes and their JSON digits (no brackets)."""
         self._memo_bytes = 0
 
     def hashes(self, token_ids: Sequence[TokenIds]) -> list[list[int]]:
         """Each prompt's block hashes (full blocks, then the partial last one)."""
+        return [hashes for hashes, _ in self.hashes_json(token_ids)]
+
+    def hashes_json(self, token_ids: Sequence[TokenIds]) -> list[tuple[list[int], bytes]]:
+        """Each prompt's block hashes, and their JSON array (what ``orjson.dumps`` gives
+        them: a remembered prefix's share of it is kept rendered too)."""
         if not token_ids:
             return []
         block, memo = self.block_size_tokens, self._memo
         min_tokens = MIN_CHECKPOINT_BLOCKS * block
         if all(ids.shape[0] < min_tokens for ids in token_ids):
-            return _chained(token_ids, [DEFAULT_SEED] * len(token_ids), block)
-        known: list[list[int]] = []
+            chained = _chained(token_ids, [DEFAULT_SEED] * len(token_ids), block)
+            return [(h, orjson.dumps(h)) for h in chained]
+        known: list[tuple[list[int], bytes]] = []
         for ids in token_ids:
-            found: list[int] = []
+            found: tuple[list[int], bytes] = _NONE_KNOWN
             top = _checkpoint(ids.shape[0] // block)
             for c in (top, top // 2):
                 if c < MIN_CHECKPOINT_BLOCKS:
@@ -63,22 +78,34 @@ class PrefixHasher:
                     found = hit
                     break
             known.append(found)
-        rests = [ids[len(k) * block :] for ids, k in zip(token_ids, known, strict=True)]
-        parents = [k[-1] if k else DEFAULT_SEED for k in known]
-        out = [k + h for k, h in zip(known, _chained(rests, parents, block), strict=True)]
-        for ids, k, h in zip(token_ids, known, out, strict=True):
+        rests = [ids[len(k[0]) * block :] for ids, k in zip(token_ids, known, strict=True)]
+        parents = [k[0][-1] if k[0] else DEFAULT_SEED for k in known]
+        out: list[tuple[list[int], bytes]] = []
+        for ids, (k, k_json), h in zip(
+            token_ids, known, _chained(rests, parents, block), strict=True
+        ):
+            if not k:
+                hashes, rendered = h, orjson.dumps(h)
+            elif h:  # the remembered digits, then the new ones (no brackets doubled)
+                hashes, rendered = k + h, b"[" + k_json + b"," + orjson.dumps(h)[1:]
+            else:
+                hashes, rendered = k, b"[" + k_json + b"]"
+            out.append((hashes, rendered))
             c = _checkpoint(ids.shape[0] // block)
             if c >= MIN_CHECKPOINT_BLOCKS and c > len(k):
-                self._remember(ids[: c * block].tobytes(), h[:c])
+                self._remember(ids[: c * block].tobytes(), hashes[:c])
         return out
 
     def _remember(self, key: bytes, hashes: list[int]) -> None:
         memo = self._memo
-        memo[key] = hashes
-        self._memo_bytes += 2 * len(key)  # the key, and ~40 bytes per 16-token block
+        memo[key] = (hashes, orjson.dumps(hashes)[1:-1])
+        self._memo_bytes += 3 * len(key)  # the key, ~40 bytes per 16-token block, the JSON
         while memo and self._memo_bytes > self.max_memo_bytes:
             old_key, _ = memo.popitem(last=False)
-            self._memo_bytes -= 2 * len(old_key)
+            self._memo_bytes -= 3 * len(old_key)
+
+
+_NONE_KNOWN: tuple[list[int], bytes] = ([], b"")
 
 
 def batch_block_hashes(token_ids: Sequence[TokenIds], block_size_tokens: int) -> list[list[int]]:
@@ -115,14 +142,11 @@ def _chained(
     has_full = num_full > 0
     seeds[has_full] = full[block_offsets[1:][has_full] - 1]
     tails = np.zeros(len(token_ids), dtype=np.uint64)
-    multiplier = _multiplier_powers(1)[0]
-    for tail_len in np.unique(tail_lens[tail_lens > 0]).tolist():
-        rows = np.flatnonzero(tail_lens == tail_len)
-        starts = offsets[1:][rows] - tail_len
-        idx = (starts[:, None] + np.arange(tail_len)).ravel()
-        contents = block_contents(tokens[idx], tail_len)
-        with np.errstate(over="ignore"):
-            tails[rows] = seeds[rows] * multiplier + contents
+    rows = np.flatnonzero(tail_lens > 0)
+    if rows.shape[0]:
+        tails[rows] = _chain_step(
+            seeds[rows], _tail_contents(tokens, offsets[1:][rows], tail_lens[rows])
+        )
     # Python ints in one conversion each, then sliced per prompt.
     full_list: list[int] = full.tolist()
     tail_list: list[int] = tails.tolist()
@@ -133,6 +157,33 @@ def _chained(
         if tail_len:
             hashes.append(tail_list[i])
         out.append(hashes)
+    return out
+
+
+def _tail_contents(
+    tokens: npt.NDArray[np.uint32], ends: npt.NDArray[np.int64], tail_lens: npt.NDArray[np.int64]
+) -> npt.NDArray[np.uint64]:
+    """:func:`~kvroute.trace.hashing.block_contents` of each partial block
+    ``tokens[end - len:end]``, all lengths in one pass: a block's position weights do
+    not depend on its length, so the blocks are laid in one zero-padded matrix (a zero
+    token adds nothing to the weighted sum) and each row gets its own length term."""
+    width = int(tail_lens.max())
+    positions = np.arange(width, dtype=np.int64)
+    inside = positions < tail_lens[:, None]
+    idx = np.where(inside, (ends - tail_lens)[:, None] + positions, 0)
+    weighted = np.where(inside, tokens[idx], 0).astype(np.uint64)
+    weighted *= _weights(width)
+    acc = weighted.sum(axis=1, dtype=np.uint64)
+    acc += tail_lens.astype(np.uint64) * _M2  # wraps modulo 2**64, as the length term
+    return _mix(acc)
+
+
+def _chain_step(
+    parents: npt.NDArray[np.uint64], contents: npt.NDArray[np.uint64]
+) -> npt.NDArray[np.uint64]:
+    """``parent * P + content`` per row (modulo 2**64)."""
+    with np.errstate(over="ignore"):
+        out: npt.NDArray[np.uint64] = parents * _multiplier_powers(1)[0] + contents
     return out
 
 

@@ -194,11 +194,14 @@ class CaptureRecords:
             waiting.append((i, len(made)))
             made.append((key, fields, ids))
             out.append(None)
-        hashes = self._hasher.hashes([ids for _, _, ids in made])
+        hashes = self._hasher.hashes_json([ids for _, _, ids in made])
         parts: list[_BodyPart] = []
-        for j, ((key, fields, ids), h) in enumerate(zip(made, hashes, strict=True)):
-            fields["input_len"], fields["hashes"] = int(ids.shape[0]), h
-            part = _BodyPart(fields, orjson.dumps(fields)[1:])
+        for j, ((key, fields, ids), (h, h_json)) in enumerate(zip(made, hashes, strict=True)):
+            fields["input_len"] = int(ids.shape[0])
+            # orjson.dumps(fields)[1:] once "hashes" is in, with the hashes' JSON reused.
+            tail = orjson.dumps(fields)[1:-1] + b',"hashes":' + h_json + b"}"
+            fields["hashes"] = h
+            part = _BodyPart(fields, tail)
             parts.append(part)
             if key is not None:
                 self._remember(key, part, seen_twice=j in repeated)

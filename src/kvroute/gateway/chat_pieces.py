@@ -40,7 +40,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -60,9 +60,10 @@ _PROBE_CONVERSATIONS: tuple[tuple[tuple[str, str], ...], ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Piece:
-    """One message's share of the prompt text, and its token ids (no BOS/EOS)."""
+class Piece(NamedTuple):
+    """One message's share of the prompt text, and its token ids (no BOS/EOS). A named
+    tuple: a new message makes one, and a frozen dataclass costs several times more
+    to build."""
 
     text: str
     packed_ids: bytes
@@ -118,6 +119,7 @@ class ChatPieces:
         max_pieces: int = 50_000,
         check_every: int = 256,
         max_conversations: int = 2048,
+        make_spliced: Callable[[str, str, str], Piece] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.max_pieces = max_pieces
@@ -127,6 +129,8 @@ class ChatPieces:
         self.num_hits = 0
         self.num_misses = 0
         self._make_piece = make_piece
+        self._make_spliced = make_spliced or (lambda b, c, a: make_piece(b + c + a))
+        """``make_piece(before + content + after)``, told where the content is."""
         template = tokenizer.chat_template
         self._possible = (
             template is not None
@@ -217,15 +221,15 @@ class ChatPieces:
                 plain = key if isinstance(key, tuple) else None
                 affix = self._affix(state, plain[0], i == 0, first, base, tools) if plain else None
                 if plain and affix is not None:
-                    text = affix[0] + plain[1] + affix[1]
+                    piece = self._make_spliced(affix[0], plain[1], affix[1])
                 elif i == 0:
-                    text = self._render([first], tools, False)
+                    piece = self._make_piece(self._render([first], tools, False))
                 else:
                     window = self._render([first, messages[i]], tools, False)
                     if not window.startswith(base):
                         return None
-                    text = window[len(base) :]
-                piece = out[i] = memo[memo_keys[i - start]] = self._make_piece(text)
+                    piece = self._make_piece(window[len(base) :])
+                out[i] = memo[memo_keys[i - start]] = piece
                 if len(memo) > self.max_pieces:
                     memo.popitem(last=False)
                 if i == 0:

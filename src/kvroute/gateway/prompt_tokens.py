@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -69,8 +69,13 @@ class PromptTokens:
         self._words = tokenizer.ascii_word_encoder()
         self._pieces: OrderedDict[str, bytes] = OrderedDict()
         """Text between added tokens -> its ids, packed as native uint32."""
+        self._affixes: dict[tuple[str, str], _AffixIds | None] = {}
         self.chat = ChatPieces(
-            tokenizer, self._piece, max_pieces=max_pieces, check_every=check_every
+            tokenizer,
+            self._piece,
+            max_pieces=max_pieces,
+            check_every=check_every,
+            make_spliced=self._spliced,
         )
         self._num_text_hits = 0
         self._num_text_misses = 0
@@ -142,6 +147,54 @@ class PromptTokens:
         # The message memo keeps these ids: the text memo need not hold them twice.
         return Piece(text, self._bare_packed(text, remember=False), starts)
 
+    def _spliced(self, before: str, content: str, after: str) -> Piece:
+        """``_piece(before + content + after)`` for a message the template writes
+        verbatim between fixed texts: only the text between the added tokens around
+        ``content`` is encoded, the rest of the affixes' ids are kept (see
+        :class:`_AffixIds` for why that is exact)."""
+        text = before + content + after
+        split = self._split
+        if split is None:
+            return self._piece(text)
+        key = (before, after)
+        if key in self._affixes:
+            affix = self._affixes[key]
+        else:
+            affix = self._affixes[key] = self._affix_ids(before, after)
+        if affix is None or split.search(content) is not None:
+            return self._piece(text)
+        segment = affix.open_text + content + affix.close_text
+        if segment:
+            mid = self._pieces.get(segment)
+            if mid is None:
+                mid = self._plain(segment)
+            packed = affix.head + mid + affix.tail
+        else:
+            packed = affix.head + affix.tail
+        starts = affix.starts if before else split.match(text) is not None
+        return Piece(text, packed, starts)
+
+    def _affix_ids(self, before: str, after: str) -> _AffixIds | None:
+        """How ``before`` and ``after`` split around any content holding no added
+        token; None when an added token could straddle a boundary."""
+        split = self._split
+        assert split is not None
+        for token in self._special_ids:
+            for k in range(1, len(token)):
+                if before.endswith(token[:k]) or after.startswith(token[k:]):
+                    return None
+        ends = [m.end() for m in split.finditer(before)]
+        head_len = ends[-1] if ends else 0
+        first = split.search(after)
+        tail_at = first.start() if first is not None else len(after)
+        return _AffixIds(
+            self._bare_packed(before[:head_len], remember=False),
+            before[head_len:],
+            after[:tail_at],
+            self._bare_packed(after[tail_at:], remember=False),
+            split.match(before) is not None,
+        )
+
     def _bare_ids(self, text: str) -> TokenIds:
         """Ids of ``text`` without BOS/EOS (``self._split`` is set)."""
         return np.frombuffer(self._bare_packed(text), dtype=np.uint32)
@@ -160,12 +213,7 @@ class PromptTokens:
             if found is None:
                 found = pieces.get(piece)
                 if found is None:
-                    found = self._encode_plain(piece)
-                    # Short texts (a message's trailing line end) are kept either way.
-                    if remember or len(piece) <= _SHORT_PIECE_CHARS:
-                        pieces[piece] = found
-                        if len(pieces) > self.max_pieces:
-                            pieces.popitem(last=False)
+                    found = self._plain(piece, remember=remember)
                     if remember:
                         self._num_text_misses += 1
                 elif remember:
@@ -173,6 +221,17 @@ class PromptTokens:
                     pieces.move_to_end(piece)
             parts.append(found)
         return b"".join(parts)
+
+    def _plain(self, piece: str, *, remember: bool = False) -> bytes:
+        """A new piece's packed ids, into the text memo when ``remember`` or short."""
+        found = self._encode_plain(piece)
+        # Short texts (a message's trailing line end) are kept either way.
+        if remember or len(piece) <= _SHORT_PIECE_CHARS:
+            pieces = self._pieces
+            pieces[piece] = found
+            if len(pieces) > self.max_pieces:
+                pieces.popitem(last=False)
+        return found
 
     def _encode_plain(self, text: str) -> bytes:
         """Packed ids of text that holds no added token."""
@@ -182,6 +241,25 @@ class PromptTokens:
                 return packed
         ids = self.tokenizer.backend.encode(text, add_special_tokens=False).ids
         return np.asarray(ids, dtype=np.uint32).tobytes()
+
+
+class _AffixIds(NamedTuple):
+    """A role's fixed text around a message's content, as ids where it can be.
+
+    The tokenizer splits text at added tokens before anything else. When no added
+    token can straddle the start or the end of the content (no proper prefix of one
+    ends ``before``, no proper suffix of one starts ``after``) and the content holds
+    none, the split of ``before + content + after`` is the split of ``before`` up to
+    its last added token (``head``), then one segment ``open_text + content +
+    close_text``, then the split of ``after`` from its first added token (``tail``):
+    only that segment is new text."""
+
+    head: bytes
+    open_text: str
+    close_text: str
+    tail: bytes
+    starts: bool
+    """``before`` begins with an added token."""
 
 
 def _completion_prompt(body: Mapping[str, Any]) -> str | None:

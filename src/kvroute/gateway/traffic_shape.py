@@ -226,6 +226,8 @@ class TrafficShape:
         """Leading blocks of ``block_hashes`` some request in the window also had."""
         seen = self._last_seen
         lo, hi = 0, len(block_hashes)  # answer in [lo, hi]
+        if hi and seen.get(block_hashes[-1], -1) >= floor:
+            return hi  # all of them (the usual case for a shared prefix): one look-up
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if seen.get(block_hashes[mid - 1], -1) >= floor:
