@@ -2,8 +2,8 @@
 
 One decision is what the gateway does per request on a ``cache_aware`` route before
 it forwards: render the chat template and tokenize (through the piece memo), hash the
-prompt at each backend's cache unit, ask each backend's cache view for its hit, order
-the backends, and pin the request in the chosen view. The request's end (unpin with
+prompt (per token; each view takes its units' keys from those), ask each backend's
+cache view for its hit, order the backends, and pin the request in the chosen view. The request's end (unpin with
 its output) is timed separately.
 
 Workload: ``--sessions`` conversations with a ~``--system-chars`` system prompt of
