@@ -4,7 +4,8 @@ Each backend gets the cache model of its engine (:mod:`kvroute.cache`: llama.cpp
 slots, vLLM blocks, SGLang radix tree) sized from its configured capacity, and is fed
 what the gateway routes there: a request is pinned when it is sent (its prompt) and
 unpinned when it ends (prompt plus its output tokens from the upstream usage, as
-unique pseudo tokens: they take room like the real ones but never match). The router
+unique pseudo tokens: they take room like the real ones but never match, so their keys
+are serial numbers, not hashes: nothing is hashed at a request's end). The router
 asks :meth:`BackendCacheView.predict` how many prompt tokens each backend would serve
 from its cache. The picture is a model, not the engine's state: it is right when all
 traffic to the backend goes through this gateway and the engine keeps what its model
@@ -29,11 +30,15 @@ import numpy as np
 from kvroute.cache.base import U64, AdmitStatus, CacheGeometry, CacheSeq, PrefixCache, units_for
 from kvroute.cache.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
 from kvroute.cache.registry import EngineSettings, cache_models
-from kvroute.trace.hashing import chain_hashes, extend_chain_hashes
+from kvroute.trace.hashing import chain_hashes
 from kvroute.types import TokenIds
 
 DEFAULT_CAPACITY_TOKENS = {"llamacpp": 4 * 2048, "vllm": 65_536, "sglang": 65_536}
 _PSEUDO_BASE = 0x8000_0000  # above any real vocabulary: output tokens that never match
+_OUTPUT_KEY_BASE = np.uint64(0x9E37_79B9_7F4A_7C15)
+"""Output tokens' keys are this plus a serial number: unique, so they match nothing (a
+real prefix hash equals one with the odds of any 64-bit collision), and a sequence's
+keys still agree with another's up to the first difference and never after."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,7 @@ class BackendCacheView:
         self._pinned: dict[int, tuple[TokenIds, U64]] = {}
         """Request id -> its prompt's token ids and per-token keys."""
         self._next_pseudo = 0
+        self._next_output_key = 0
         self._slot_used_at: dict[int, int] = {}  # llama.cpp slot -> router tick of its last end
         # Sent while the model had no room (every llama.cpp slot busy): the engine queues
         # them and runs them, oldest first, as requests end; so does the view.
@@ -189,8 +195,10 @@ class BackendCacheView:
         self._next_pseudo = (self._next_pseudo + num_kept) % (1 << 30)
         outputs = (pseudo + _PSEUDO_BASE).astype(np.uint32)
         final = np.concatenate((token_ids, outputs))
-        # The prompt is hashed already: extend its chain over the outputs.
-        self.model.unpin(request_id, self.seq(final, extend_chain_hashes(token_keys, final, 1)))
+        serial = self._next_output_key
+        self._next_output_key += num_kept
+        output_keys = np.arange(serial, serial + num_kept, dtype=np.uint64) + _OUTPUT_KEY_BASE
+        self.model.unpin(request_id, self.seq(final, np.concatenate((token_keys, output_keys))))
         while self._waiting:
             waiting_id = next(iter(self._waiting))
             if not self._pin(waiting_id, *self._waiting[waiting_id]):
