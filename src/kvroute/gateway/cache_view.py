@@ -157,7 +157,7 @@ class BackendCacheView:
     ) -> None:
         """A request was sent here: pin its prompt, or queue it while the model has no room
         (skipped when it can never fit). ``token_keys``: as for :meth:`seq` (needed at
-        the request's end; computed then when not given)."""
+        the request's end; computed when it is pinned, if not given)."""
         if token_keys is None and self.model.unit_tokens == 1:
             token_keys = seq.keys
         waiting = (seq, token_ids, max_output, token_keys)
