@@ -25,7 +25,9 @@ open-loop rate interleaved request by request (no direct target), ``--repeat`` t
 the figure is each one's CPU per request (all threads, from /proc) and their ratio.
 ``--distinct-prompts`` gives every request its own user message (a number in it, new in
 every repeat too), so capture meets a new message each time, as with real users;
-without it every request is the same body.
+without it every request is the same body. ``--cache-aware`` puts both gateways' traffic
+through a ``cache_aware`` route over two stub backends: the route tokenizes every prompt
+and capture reuses those ids.
 
 Run: ``.venv/bin/python bench/gateway_overhead.py`` (``--quick`` for a short run).
 Writes ``bench/gateway_overhead_results.json``. Loopback only; every loop is
@@ -78,13 +80,22 @@ __all__ = [
 ]
 
 
-def _gateway_config(tmp: Path, name: str, port: int, stub_port: int, capture: bool) -> Path:
+def _gateway_config(
+    tmp: Path, name: str, port: int, stub_port: int, capture: bool, cache_aware: bool = False
+) -> Path:
+    """One stub backend; with ``cache_aware``, two (the same stub under two names) behind
+    a ``cache_aware`` route, so every prompt is tokenized to route it."""
+    backends = [
+        f"  - {{name: stub, url: 'http://{HOST}:{stub_port}', engine: vllm, models: [stub]}}\n"
+    ]
+    if cache_aware:
+        backends.append(backends[0].replace("name: stub,", "name: stub-2,"))
     config = tmp / f"{name}.yaml"
     config.write_text(
         f"listener: {{host: {HOST}, port: {port}, access_log: false}}\n"
-        f"backends:\n  - {{name: stub, url: 'http://{HOST}:{stub_port}', engine: vllm, models: [stub]}}\n"
-        "health: {interval_s: 5, scrape_counters: false}\n"
+        "backends:\n" + "".join(backends) + "health: {interval_s: 5, scrape_counters: false}\n"
         "limits: {max_in_flight: 4096, max_queue: 4096}\n"
+        + ("routes:\n  - {name: all, pool: default, policy: cache_aware}\n" if cache_aware else "")
         + (f"capture: {{directory: '{tmp / name}'}}\n" if capture else "")
     )
     return config
@@ -113,7 +124,10 @@ def _capture_compare(args: argparse.Namespace) -> None:
     gateways = {
         name: ctx.Process(
             target=_run_gateway,
-            args=(str(_gateway_config(tmp, name, port, stub_port, name == "on")), gw_cpu),
+            args=(
+                str(_gateway_config(tmp, name, port, stub_port, name == "on", args.cache_aware)),
+                gw_cpu,
+            ),
             daemon=True,
         )
         for name, port in (("off", off_port), ("on", on_port))
@@ -182,6 +196,7 @@ def _capture_compare(args: argparse.Namespace) -> None:
             "seconds": args.seconds,
             "system_chars": args.system_chars,
             "distinct_prompts": args.distinct_prompts,
+            "cache_aware": args.cache_aware,
             "capture_build": _capture_build(),
             "runs": runs,
             "capture_cpu_ratio_median": statistics.median(ratios),
@@ -220,6 +235,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--distinct-prompts", action="store_true", help="a different user message per request"
+    )
+    parser.add_argument(
+        "--cache-aware",
+        action="store_true",
+        help="with --capture-compare: both gateways route by a cache_aware route over two "
+        "stub backends, so prompts are tokenized for routing (capture reuses those ids)",
     )
     parser.add_argument(
         "--out", default=str(Path(__file__).with_name("gateway_overhead_results.json"))
