@@ -18,7 +18,7 @@ import numpy as np
 from kvroute.cache.base import CacheGeometry
 from kvroute.cache.capacity import Capacity
 from kvroute.cache.compare import compare_cached_tokens
-from kvroute.cache.registry import EngineSettings, cache_models
+from kvroute.cache.registry import CacheFactory, EngineSettings, cache_models
 from kvroute.cache.replay import ReplayOutcome, replay
 from kvroute.cache.result import (
     SCHEMA,
@@ -101,6 +101,40 @@ def simulate(
         total = sum(_prompt_len(r) for r in requests)
         reusable = ideal.reusable_tokens if ideal is not None else 0
         grid = sweep_grid(total, reusable, largest_request_tokens(requests, schedule.output_tokens))
+    curves = _sweep(requests, factories, grid, block, capacity, schedule, opts, progress)
+    if (
+        ideal is not None
+        and opts.cache_outputs
+        and any(e.hit_ratio > ideal.hit_ratio for e in runs)
+    ):
+        notes.append(
+            "an engine beats the ideal: engines also cache generated tokens, which later turns "
+            "repeat, while the ideal counts prompt prefixes only (--no-cache-outputs to compare)"
+        )
+    return SimulationResult(
+        schema=SCHEMA,
+        trace=_trace_summary(requests, source, block),
+        capacity=capacity,
+        replay=_replay_setup(schedule, opts),
+        ideal=ideal,
+        engines=runs,
+        sweep=curves,
+        notes=notes,
+        elapsed_s=time.perf_counter() - started,
+    )
+
+
+def _sweep(
+    requests: Sequence[Request],
+    factories: list[tuple[str, CacheFactory]],
+    grid: list[int],
+    block: int | None,
+    capacity: Capacity,
+    schedule: Schedule,
+    opts: SimulateOptions,
+    progress: Progress | None,
+) -> list[Curve]:
+    """Each engine's hit ratio, evictions and rejections at every capacity of ``grid``."""
     curves = []
     for name, factory in factories:
         points = []
@@ -123,17 +157,13 @@ def simulate(
                     num_rejected=[int((~p.admitted).sum()) for p in points],
                 )
             )
-    if (
-        ideal is not None
-        and opts.cache_outputs
-        and any(e.hit_ratio > ideal.hit_ratio for e in runs)
-    ):
-        notes.append(
-            "an engine beats the ideal: engines also cache generated tokens, which later turns "
-            "repeat, while the ideal counts prompt prefixes only (--no-cache-outputs to compare)"
-        )
-    prompt_total = int(sum(_prompt_len(r) for r in requests))
-    trace = TraceSummary(
+    return curves
+
+
+def _trace_summary(
+    requests: Sequence[Request], source: TraceSource, block: int | None
+) -> TraceSummary:
+    return TraceSummary(
         path=source.path,
         format=source.format,
         num_requests=len(requests),
@@ -141,11 +171,15 @@ def simulate(
         prompt_form="tokens" if block is None else "block_hashes",
         tokenizer=source.tokenizer if block is None else None,
         block_size_tokens=block,
-        prompt_tokens=prompt_total,
+        prompt_tokens=int(sum(_prompt_len(r) for r in requests)),
         num_outputs_known=sum(r.output_len is not None for r in requests),
     )
+
+
+def _replay_setup(schedule: Schedule, opts: SimulateOptions) -> ReplaySetup:
+    """How the replay was timed, as the result records it."""
     t = opts.timing
-    setup = ReplaySetup(
+    return ReplaySetup(
         arrivals=schedule.source.value,
         use_trace_end_times=t.use_trace_end_times,
         num_trace_run_times=int(np.isfinite(schedule.trace_run_s).sum()),
@@ -156,17 +190,6 @@ def simulate(
         num_outputs_drawn=schedule.num_outputs_drawn,
         cache_outputs=opts.cache_outputs,
         seed=t.seed,
-    )
-    return SimulationResult(
-        schema=SCHEMA,
-        trace=trace,
-        capacity=capacity,
-        replay=setup,
-        ideal=ideal,
-        engines=runs,
-        sweep=curves,
-        notes=notes,
-        elapsed_s=time.perf_counter() - started,
     )
 
 
