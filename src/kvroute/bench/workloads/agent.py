@@ -74,82 +74,97 @@ class AgentWorkload:
         )
         check(self.tool_depth >= 1 and self.steps >= 1, "agent: tool_depth and steps must be ≥ 1")
         check(0.0 <= self.branch_prob <= 1.0, "agent: branch_prob must be in [0, 1]")
-        text, rng = ctx.text, ctx.rng
-        tools: list[dict[str, Any]] = [
+        run = _AgentRun(self, ctx)
+        actors = run.actors
+        while len(run.drafts) < num_requests:
+            run.open_tasks()
+            k = int(ctx.rng.integers(0, len(actors)))
+            actor = actors[k]
+            run.step(actor)
+            if actor.steps_left <= 0:
+                actors.pop(k)
+            if "." not in actor.session_id and ctx.rng.random() < self.branch_prob:
+                run.fork(actor)
+        return finish("agent", run.drafts[:num_requests], ctx.tokenizer)
+
+
+class _AgentRun:
+    """One generation: the tool schemas and system prompt, the open actors (agent tasks
+    and their sub-agents) and the drafts so far. Every draw comes from ``ctx.rng``, in
+    the order the steps happen, so a seed gives one schedule."""
+
+    def __init__(self, workload: AgentWorkload, ctx: GenContext) -> None:
+        self.workload = workload
+        self.text, self.rng = ctx.text, ctx.rng
+        self.tools: list[dict[str, Any]] = [
             {
                 "type": "function",
                 "function": {
                     "name": name,
-                    "description": text.tokens(16),
-                    "parameters": make_schema(rng, self.tool_depth),
+                    "description": self.text.tokens(16),
+                    "parameters": make_schema(self.rng, workload.tool_depth),
                 },
             }
-            for name in _TOOL_NAMES[: self.num_tools]
+            for name in _TOOL_NAMES[: workload.num_tools]
         ]
-        system = (
+        self.system = (
             "You are an autonomous agent. Solve the task step by step. To call a tool, answer "
             'only with <tool_call>{"name": ..., "arguments": {...}}</tool_call>. '
-            + text.tokens(self.system_tokens)
+            + self.text.tokens(workload.system_tokens)
             + "\n\nTools:\n"
-            + json.dumps(tools, separators=(",", ":"))
+            + json.dumps(self.tools, separators=(",", ":"))
         )
-        actors: list[_Actor] = []
-        drafts: list[Draft] = []
-        num_tasks = 0
+        self.actors: list[_Actor] = []
+        self.drafts: list[Draft] = []
+        self.num_tasks = 0
 
-        def step_of(actor: _Actor) -> None:
-            body: dict[str, Any] = {"messages": [dict(m) for m in actor.history]}
-            if self.send_tools:
-                body["tools"] = tools
-            drafts.append(
-                Draft(
-                    body=body,
-                    max_tokens=self.output_tokens,
-                    session_id=actor.session_id,
-                    depends_on=actor.last,
-                    think_s=self.think_s if actor.last is not None else 0.0,
+    def open_tasks(self) -> None:
+        """Start agent tasks until ``concurrent_agents`` top-level ones are open."""
+        w, text = self.workload, self.text
+        while len([a for a in self.actors if "." not in a.session_id]) < w.concurrent_agents:
+            self.num_tasks += 1
+            task = f"{text.tag('Task ')}: {text.tokens(40)}"
+            self.actors.append(
+                _Actor(
+                    f"a{self.num_tasks}",
+                    [{"role": "system", "content": self.system}, {"role": "user", "content": task}],
+                    int(self.rng.geometric(1.0 / w.steps)),
+                    None,
                 )
             )
-            actor.last = len(drafts) - 1
-            tool = tools[int(rng.integers(0, len(tools)))]["function"]
-            call_id = text.tag("call_")
-            call = {"name": tool["name"], "arguments": example_of(tool["parameters"], text)}
-            actor.history.append(
-                {"role": "assistant", "content": f"<tool_call>{json.dumps(call)}</tool_call>"}
-            )
-            result = text.tokens(lognormal_len(rng, self.tool_result_tokens, 0.5, lo=4))
-            actor.history.append({"role": "tool", "tool_call_id": call_id, "content": result})
-            actor.steps_left -= 1
 
-        while len(drafts) < num_requests:
-            while len([a for a in actors if "." not in a.session_id]) < self.concurrent_agents:
-                num_tasks += 1
-                task = f"{text.tag('Task ')}: {text.tokens(40)}"
-                actors.append(
-                    _Actor(
-                        f"a{num_tasks}",
-                        [{"role": "system", "content": system}, {"role": "user", "content": task}],
-                        int(rng.geometric(1.0 / self.steps)),
-                        None,
-                    )
-                )
-            k = int(rng.integers(0, len(actors)))
-            actor = actors[k]
-            step_of(actor)
-            if actor.steps_left <= 0:
-                actors.pop(k)
-            if "." not in actor.session_id and rng.random() < self.branch_prob:
-                for j in range(self.branch_factor):
-                    history = [dict(m) for m in actor.history]
-                    history.append(
-                        {"role": "user", "content": f"Sub-task {j + 1}: {text.tokens(24)}"}
-                    )
-                    actors.append(
-                        _Actor(
-                            f"{actor.session_id}.{actor.last}.{j}",
-                            history,
-                            self.sub_steps,
-                            actor.last,
-                        )
-                    )
-        return finish("agent", drafts[:num_requests], ctx.tokenizer)
+    def step(self, actor: _Actor) -> None:
+        """The actor's next request, then its tool call and the tool's result."""
+        w, text, rng, tools = self.workload, self.text, self.rng, self.tools
+        body: dict[str, Any] = {"messages": [dict(m) for m in actor.history]}
+        if w.send_tools:
+            body["tools"] = tools
+        self.drafts.append(
+            Draft(
+                body=body,
+                max_tokens=w.output_tokens,
+                session_id=actor.session_id,
+                depends_on=actor.last,
+                think_s=w.think_s if actor.last is not None else 0.0,
+            )
+        )
+        actor.last = len(self.drafts) - 1
+        tool = tools[int(rng.integers(0, len(tools)))]["function"]
+        call_id = text.tag("call_")
+        call = {"name": tool["name"], "arguments": example_of(tool["parameters"], text)}
+        actor.history.append(
+            {"role": "assistant", "content": f"<tool_call>{json.dumps(call)}</tool_call>"}
+        )
+        result = text.tokens(lognormal_len(rng, w.tool_result_tokens, 0.5, lo=4))
+        actor.history.append({"role": "tool", "tool_call_id": call_id, "content": result})
+        actor.steps_left -= 1
+
+    def fork(self, actor: _Actor) -> None:
+        """``branch_factor`` sub-agents from the actor's history, each with a sub-task."""
+        w = self.workload
+        for j in range(w.branch_factor):
+            history = [dict(m) for m in actor.history]
+            history.append({"role": "user", "content": f"Sub-task {j + 1}: {self.text.tokens(24)}"})
+            self.actors.append(
+                _Actor(f"{actor.session_id}.{actor.last}.{j}", history, w.sub_steps, actor.last)
+            )
