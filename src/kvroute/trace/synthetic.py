@@ -261,16 +261,9 @@ def sample_log(
     rng = np.random.default_rng(seed)
     weights = np.array([m.agent_sessions, m.rag, m.qa, m.code], dtype=np.float64)
     weights /= weights.sum()
-    agent_system = "You are the support agent for Acme Cloud. " + _text(rng, 320)
-    tools = _tools(rng)
-    rag_system = "Answer using only the documents below. Cite the document number. " + _text(
-        rng, 60
-    )
-    docs = [_text(rng, int(rng.integers(80, 200))) for _ in range(24)]
-    start = 1_764_504_000.0
-    t = start
-    live: list[tuple[str, list[dict[str, Any]]]] = []  # open agent sessions
-    next_session = 0
+    agents = _AgentSessions(rng)
+    rag = _Rag(rng)
+    t = 1_764_504_000.0
     for _i in range(num_requests):
         t += float(rng.exponential(1.0 / rate_per_s))
         kind = int(rng.choice(4, p=weights))
@@ -278,42 +271,14 @@ def sample_log(
         session: str | None = None
         answer = _text(rng, int(rng.integers(15, 70)))
         if kind == 0:
-            if live and rng.random() < 0.7:
-                k = int(rng.integers(0, len(live)))
-                session, history = live[k]
-            else:
-                session = f"agent-{next_session}"
-                next_session += 1
-                history = [{"role": "system", "content": agent_system}]
-                live.append((session, history))
-            history.append({"role": "user", "content": _text(rng, int(rng.integers(8, 40)))})
-            body["messages"] = [dict(x) for x in history]
-            body["tools"] = tools
-            history.append({"role": "assistant", "content": answer})
-            if len(history) > 12:
-                live = [s for s in live if s[0] != session]
+            session = agents.turn(body, answer)
         elif kind == 1:
-            picked = rng.choice(len(docs), size=3, replace=False)
-            context = "\n\n".join(f"Document {int(d)}: {docs[int(d)]}" for d in sorted(picked))
-            body["messages"] = [
-                {"role": "system", "content": rag_system},
-                {
-                    "role": "user",
-                    "content": f"{context}\n\nQuestion: {_text(rng, int(rng.integers(8, 25)))}",
-                },
-            ]
-            if rng.random() < 0.3:
-                body["response_format"] = {"type": "json_object"}
+            rag.request(body)
         elif kind == 2:
             body["messages"] = [{"role": "user", "content": _text(rng, int(rng.integers(10, 60)))}]
         else:
-            body["messages"] = [
-                {
-                    "role": "user",
-                    "content": "Complete this code:\n"
-                    + _text(rng, int(rng.integers(150, 500)), _CODE_WORDS),
-                }
-            ]
+            code = _text(rng, int(rng.integers(150, 500)), _CODE_WORDS)
+            body["messages"] = [{"role": "user", "content": "Complete this code:\n" + code}]
         out_tokens = math.ceil(len(answer.split()) * 1.3)
         latency = 0.05 + out_tokens / 120.0
         yield {
@@ -326,3 +291,57 @@ def sample_log(
                 "usage": {"completion_tokens": out_tokens},
             },
         }
+
+
+class _AgentSessions:
+    """The sample's agent sessions: one system prompt and tool list, up to 12 messages a
+    session; a turn continues an open session (70 %) or opens one."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.system = "You are the support agent for Acme Cloud. " + _text(rng, 320)
+        self.tools = _tools(rng)
+        self.live: list[tuple[str, list[dict[str, Any]]]] = []
+        self.next_session = 0
+
+    def turn(self, body: dict[str, Any], answer: str) -> str:
+        """Fill ``body`` with a session's next turn; returns the session id."""
+        rng = self.rng
+        if self.live and rng.random() < 0.7:
+            session, history = self.live[int(rng.integers(0, len(self.live)))]
+        else:
+            session = f"agent-{self.next_session}"
+            self.next_session += 1
+            history = [{"role": "system", "content": self.system}]
+            self.live.append((session, history))
+        history.append({"role": "user", "content": _text(rng, int(rng.integers(8, 40)))})
+        body["messages"] = [dict(x) for x in history]
+        body["tools"] = self.tools
+        history.append({"role": "assistant", "content": answer})
+        if len(history) > 12:
+            self.live = [s for s in self.live if s[0] != session]
+        return session
+
+
+class _Rag:
+    """The sample's retrieval requests: one system prompt, three of 24 documents and a
+    question; 30 % ask for a JSON answer."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.system = "Answer using only the documents below. Cite the document number. " + _text(
+            rng, 60
+        )
+        self.docs = [_text(rng, int(rng.integers(80, 200))) for _ in range(24)]
+
+    def request(self, body: dict[str, Any]) -> None:
+        rng, docs = self.rng, self.docs
+        picked = rng.choice(len(docs), size=3, replace=False)
+        context = "\n\n".join(f"Document {int(d)}: {docs[int(d)]}" for d in sorted(picked))
+        question = _text(rng, int(rng.integers(8, 25)))
+        body["messages"] = [
+            {"role": "system", "content": self.system},
+            {"role": "user", "content": f"{context}\n\nQuestion: {question}"},
+        ]
+        if rng.random() < 0.3:
+            body["response_format"] = {"type": "json_object"}
