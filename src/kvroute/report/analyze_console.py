@@ -35,18 +35,20 @@ def _kv(title: str, rows: list[tuple[str, str]]) -> Table:
     return t
 
 
-def render_console(result: AnalysisResult, console: Console, *, show_text: bool = True) -> None:
-    """Print the summary of ``result`` to ``console``."""
-    r = result
-    ov = r.overlap
+def _headline(r: AnalysisResult) -> str:
     tr = r.trace
-    console.print(
+    return (
         f"[bold]kvroute analyze[/] {tr.path} · {tr.format} · {fmt.count(tr.num_requests)} requests"
         + (f" · {fmt.count(tr.num_skipped)} skipped" if tr.num_skipped else "")
-        + f" · {fmt.tokens(ov.prompt_tokens)} prompt tokens"
+        + f" · {fmt.tokens(r.overlap.prompt_tokens)} prompt tokens"
         + (f" · tokenizer {tr.tokenizer}" if tr.tokenizer else " · block hashes")
     )
-    overlap_rows = [
+
+
+def _overlap_rows(r: AnalysisResult) -> list[tuple[str, str]]:
+    """What an ideal cache would reuse, and the longest common prefixes behind it."""
+    ov = r.overlap
+    rows = [
         (f"prefix overlap ({ov.granularity.value} level)", f"[bold]{fmt.percent(ov.hit_ratio)}[/]"),
         (f"at {ov.block_size_tokens}-token blocks", fmt.percent(ov.block_hit_ratio)),
         ("requests reusing a prefix", fmt.percent(ov.share_requests_with_reuse)),
@@ -60,17 +62,22 @@ def render_console(result: AnalysisResult, console: Console, *, show_text: bool 
         ),
     ]
     if ov.reported_hit_ratio is not None:
-        overlap_rows.append(("engine-reported cached", fmt.percent(ov.reported_hit_ratio)))
+        rows.append(("engine-reported cached", fmt.percent(ov.reported_hit_ratio)))
     pw = r.pairwise
     if pw.num_pairs:
-        overlap_rows.append(
+        rows.append(
             (
                 f"pairwise LCP p50 / p90 ({fmt.count(pw.num_pairs)} pairs)",
                 f"{_opt(pw.lcp_tokens.p50)} / {_opt(pw.lcp_tokens.p90)} tokens",
             )
         )
+    return rows
+
+
+def _shape_rows(r: AnalysisResult) -> list[tuple[str, str]]:
+    """Prompt and output lengths, features, arrivals, concurrency and sessions."""
     sh = r.shape
-    shape_rows = [
+    rows = [
         (
             "prompt tokens p50 / p90 / max",
             f"{_opt(sh.prompt_tokens.p50)} / {_opt(sh.prompt_tokens.p90)} / {_opt(sh.prompt_tokens.max)}",
@@ -82,7 +89,7 @@ def render_console(result: AnalysisResult, console: Console, *, show_text: bool 
         ),
     ]
     if sh.mean_rate_per_s is not None and sh.duration_s is not None:
-        shape_rows.append(
+        rows.append(
             (
                 "arrival rate (mean)",
                 f"{sh.mean_rate_per_s:.2f} req/s over {fmt.duration(sh.duration_s)}",
@@ -90,35 +97,35 @@ def render_console(result: AnalysisResult, console: Console, *, show_text: bool 
         )
     if sh.concurrency is not None:
         c = sh.concurrency
-        shape_rows.append(("in flight mean / p90 / max", f"{c.mean:.1f} / {c.p90:.0f} / {c.max}"))
+        rows.append(("in flight mean / p90 / max", f"{c.mean:.1f} / {c.p90:.0f} / {c.max}"))
     se = r.sessions
     if se.num_sessions:
-        shape_rows.append(
+        rows.append(
             (
                 "sessions / follow-up turns",
                 f"{fmt.count(se.num_sessions)} / {fmt.count(se.num_followup_turns)}",
             )
         )
         if se.continuation_share.mean is not None:
-            shape_rows.append(
+            rows.append(
                 ("follow-up prompt from previous turn", fmt.percent(se.continuation_share.mean))
             )
+    return rows
+
+
+def _capacity_table(r: AnalysisResult) -> Table:
+    """The ideal LRU hit ratio from the first capacity with a hit, at most 8 rows."""
     ru = r.reuse
-    cap_rows: list[tuple[str, str]] = []
+    rows: list[tuple[str, str]] = []
     for cap, hit in zip(ru.capacity_tokens, ru.hit_ratio, strict=True):
-        if len(cap_rows) < 8 and (hit > 0 or cap_rows):
-            cap_rows.append((f"{fmt.tokens(cap)} tokens", fmt.percent(hit)))
-    tables = [
-        _kv("Prefix overlap (ideal cache)", overlap_rows),
-        _kv("Traffic shape", shape_rows),
-        _kv(
-            "Ideal LRU hit vs KV cache capacity"
-            + (
-                "" if ru.sample_rate == 1 else f" (sampled {fmt.percent(ru.sample_rate, digits=2)})"
-            ),
-            cap_rows,
-        ),
-    ]
+        if len(rows) < 8 and (hit > 0 or rows):
+            rows.append((f"{fmt.tokens(cap)} tokens", fmt.percent(hit)))
+    sampled = "" if ru.sample_rate == 1 else f" (sampled {fmt.percent(ru.sample_rate, digits=2)})"
+    return _kv("Ideal LRU hit vs KV cache capacity" + sampled, rows)
+
+
+def _print_tables(tables: list[Table], console: Console) -> None:
+    """Side by side on a wide terminal, else one under the other."""
     if console.width >= 150:
         grid = Table.grid(padding=(0, 4))
         grid.add_row(*tables)
@@ -127,29 +134,48 @@ def render_console(result: AnalysisResult, console: Console, *, show_text: bool 
         for table in tables:
             console.print(table)
             console.print()
-    if r.groups.top:
-        t = Table(title="Shared prefixes that save the most prefill", title_justify="left")
-        for name in ("#", "requests", "tokens", "saved", "of reuse"):
-            t.add_column(name, justify="right", no_wrap=True)
+
+
+def _groups_table(r: AnalysisResult, width: int, *, show_text: bool) -> Table:
+    """The top five shared prefixes, with the start of their text when ``show_text``."""
+    t = Table(title="Shared prefixes that save the most prefill", title_justify="left")
+    for name in ("#", "requests", "tokens", "saved", "of reuse"):
+        t.add_column(name, justify="right", no_wrap=True)
+    if show_text:
+        t.add_column("text", overflow="ellipsis", no_wrap=True, max_width=max(16, width - 50))
+    for g in r.groups.top[:5]:
+        row = [
+            str(g.rank),
+            fmt.count(g.num_requests),
+            f"{fmt.tokens(g.start_tokens)}-{fmt.tokens(g.prefix_tokens)}"
+            if not g.sub_block
+            else "< 1 block",
+            fmt.tokens(g.tokens_saved),
+            fmt.percent(g.share_of_reuse),
+        ]
         if show_text:
-            t.add_column(
-                "text", overflow="ellipsis", no_wrap=True, max_width=max(16, console.width - 50)
-            )
-        for g in r.groups.top[:5]:
-            row = [
-                str(g.rank),
-                fmt.count(g.num_requests),
-                f"{fmt.tokens(g.start_tokens)}-{fmt.tokens(g.prefix_tokens)}"
-                if not g.sub_block
-                else "< 1 block",
-                fmt.tokens(g.tokens_saved),
-                fmt.percent(g.share_of_reuse),
-            ]
-            if show_text:
-                row.append(" ".join((g.preview_head or "").split())[:120])
-            t.add_row(*row)
-        console.print(t)
-    print_drift(r.drift, console)
+            row.append(" ".join((g.preview_head or "").split())[:120])
+        t.add_row(*row)
+    return t
+
+
+def _verdict_panel(r: AnalysisResult) -> Panel:
     v = r.verdict
     body = Group(Text(v.headline, style="bold"), *[Text(f"• {reason}") for reason in v.reasons])
-    console.print(Panel(body, title="Verdict", border_style=_STYLE[v.level], title_align="left"))
+    return Panel(body, title="Verdict", border_style=_STYLE[v.level], title_align="left")
+
+
+def render_console(result: AnalysisResult, console: Console, *, show_text: bool = True) -> None:
+    """Print the summary of ``result`` to ``console``."""
+    r = result
+    console.print(_headline(r))
+    tables = [
+        _kv("Prefix overlap (ideal cache)", _overlap_rows(r)),
+        _kv("Traffic shape", _shape_rows(r)),
+        _capacity_table(r),
+    ]
+    _print_tables(tables, console)
+    if r.groups.top:
+        console.print(_groups_table(r, console.width, show_text=show_text))
+    print_drift(r.drift, console)
+    console.print(_verdict_panel(r))

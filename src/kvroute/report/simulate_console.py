@@ -6,7 +6,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from kvroute.cache.result import EngineRun, SimulationResult
+from kvroute.cache.compare import CachedTokensComparison
+from kvroute.cache.result import Curve, EngineRun, Ideal, SimulationResult
 from kvroute.report import fmt
 
 
@@ -48,87 +49,102 @@ def _engine_row(run: EngineRun, best: float) -> list[str]:
     ]
 
 
-def render_console(result: SimulationResult, console: Console) -> None:
-    """Print the summary of ``result`` to ``console``."""
-    r = result
+_HEADERS = ("engine", "hit", "cached", "computed", "w/ hit", "p50", "evicted", "pinned", "rej.")
+
+
+def _headline(r: SimulationResult) -> str:
     tr = r.trace
-    console.print(
+    return (
         f"[bold]kvroute simulate[/] {tr.path} · {tr.format} · {fmt.count(tr.num_requests)} requests"
         + f" · {fmt.tokens(tr.prompt_tokens)} prompt tokens"
         + (f" · tokenizer {tr.tokenizer}" if tr.tokenizer else "")
         + (f" · {tr.block_size_tokens}-token block hashes" if tr.block_size_tokens else "")
     )
-    console.print(
-        f"KV pool: {capacity_line(r)} · arrivals: {r.replay.arrivals}"
-        + f" · run times: {fmt.count(r.replay.num_trace_run_times)} from the trace, rest modelled"
-    )
+
+
+def _engines_table(r: SimulationResult) -> Table:
+    """One row per engine; the best hit ratio in bold."""
     t = Table(
         title="Prefix cache by engine", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
     )
-    headers = (
-        "engine",
-        "hit",
-        "cached",
-        "computed",
-        "w/ hit",
-        "p50",
-        "evicted",
-        "pinned",
-        "rej.",
-    )
-    for i, h in enumerate(headers):
+    for i, h in enumerate(_HEADERS):
         t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True, min_width=len(h))
     best = max((e.hit_ratio for e in r.engines), default=0.0)
     for run in r.engines:
         t.add_row(*_engine_row(run, best))
-    console.print(t)
-    if r.ideal is not None:
-        ideal = r.ideal
-        line = f"ideal cache (analyze): {fmt.percent(ideal.hit_ratio)} at {ideal.granularity} level"
-        if ideal.granularity == "token":
-            line += (
-                f", {fmt.percent(ideal.block_hit_ratio)} at {ideal.block_size_tokens}-token blocks"
-            )
-        console.print(line)
-    for run in r.engines:
-        extra = []
-        if run.peak_pinned_bytes is not None:
-            extra.append(f"peak pinned {fmt.byte_size(run.peak_pinned_bytes)}")
-        extra.append(f"peak running {run.peak_running}")
-        if run.wait_s.p90 is not None:
-            extra.append(f"wait p90 {fmt.duration(run.wait_s.p90)}")
-        if run.counters:
-            extra.append(
-                ", ".join(f"{k.replace('_', ' ')} {fmt.tokens(v)}" for k, v in run.counters.items())
-            )
-        console.print(f"[dim]{run.engine}: " + " · ".join(extra) + "[/]")
-    for run in r.engines:
-        v = run.vs_reported
-        if v is not None:
-            console.print(
-                f"{run.engine} vs engine-reported cached tokens ({fmt.count(v.num_requests)} requests): "
-                f"predicted {fmt.percent(v.predicted_hit_ratio)}, reported {fmt.percent(v.observed_hit_ratio)}, "
-                f"mean |error| {v.mean_abs_error_tokens:.1f} tokens"
-            )
-    if r.sweep:
-        s = Table(
-            title="Hit ratio vs KV capacity",
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
+    return t
+
+
+def _ideal_line(ideal: Ideal) -> str:
+    line = f"ideal cache (analyze): {fmt.percent(ideal.hit_ratio)} at {ideal.granularity} level"
+    if ideal.granularity == "token":
+        line += f", {fmt.percent(ideal.block_hit_ratio)} at {ideal.block_size_tokens}-token blocks"
+    return line
+
+
+def _details_line(run: EngineRun) -> str:
+    """Peak memory and running requests, wait, and the engine's own counters (dim)."""
+    extra = []
+    if run.peak_pinned_bytes is not None:
+        extra.append(f"peak pinned {fmt.byte_size(run.peak_pinned_bytes)}")
+    extra.append(f"peak running {run.peak_running}")
+    if run.wait_s.p90 is not None:
+        extra.append(f"wait p90 {fmt.duration(run.wait_s.p90)}")
+    if run.counters:
+        extra.append(
+            ", ".join(f"{k.replace('_', ' ')} {fmt.tokens(v)}" for k, v in run.counters.items())
         )
-        s.add_column("capacity", justify="right")
-        for curve in r.sweep:
-            s.add_column(curve.engine, justify="right")
-        for i, cap in enumerate(r.sweep[0].capacity_tokens):
-            s.add_row(
-                f"{fmt.tokens(cap)} tokens",
-                *[
-                    fmt.percent(c.hit_ratio[i])
-                    + (f" ({c.num_rejected[i]} rej.)" if c.num_rejected[i] else "")
-                    for c in r.sweep
-                ],
-            )
-        console.print(s)
+    return f"[dim]{run.engine}: " + " · ".join(extra) + "[/]"
+
+
+def _vs_reported_line(engine: str, v: CachedTokensComparison) -> str:
+    return (
+        f"{engine} vs engine-reported cached tokens ({fmt.count(v.num_requests)} requests): "
+        f"predicted {fmt.percent(v.predicted_hit_ratio)}, reported {fmt.percent(v.observed_hit_ratio)}, "
+        f"mean |error| {v.mean_abs_error_tokens:.1f} tokens"
+    )
+
+
+def _sweep_table(sweep: list[Curve]) -> Table:
+    """One row per capacity, one column per engine (with its rejections)."""
+    s = Table(
+        title="Hit ratio vs KV capacity",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    s.add_column("capacity", justify="right")
+    for curve in sweep:
+        s.add_column(curve.engine, justify="right")
+    for i, cap in enumerate(sweep[0].capacity_tokens):
+        s.add_row(
+            f"{fmt.tokens(cap)} tokens",
+            *[
+                fmt.percent(c.hit_ratio[i])
+                + (f" ({c.num_rejected[i]} rej.)" if c.num_rejected[i] else "")
+                for c in sweep
+            ],
+        )
+    return s
+
+
+def render_console(result: SimulationResult, console: Console) -> None:
+    """Print the summary of ``result`` to ``console``."""
+    r = result
+    console.print(_headline(r))
+    console.print(
+        f"KV pool: {capacity_line(r)} · arrivals: {r.replay.arrivals}"
+        + f" · run times: {fmt.count(r.replay.num_trace_run_times)} from the trace, rest modelled"
+    )
+    console.print(_engines_table(r))
+    if r.ideal is not None:
+        console.print(_ideal_line(r.ideal))
+    for run in r.engines:
+        console.print(_details_line(run))
+    for run in r.engines:
+        if run.vs_reported is not None:
+            console.print(_vs_reported_line(run.engine, run.vs_reported))
+    if r.sweep:
+        console.print(_sweep_table(r.sweep))
     for note in r.notes:
         console.print(f"[dim]note: {note}[/]")

@@ -6,7 +6,7 @@ import itertools
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kvroute.cache.result import SimulationResult
+from kvroute.cache.result import EngineRun, SimulationResult
 from kvroute.report import fmt
 from kvroute.report.html import (
     Block,
@@ -81,210 +81,215 @@ def _share_labels(edges: list[float]) -> list[str]:
     return [f"{100 * lo:.0f}–{100 * hi:.0f} %" for lo, hi in itertools.pairwise(edges)]
 
 
+def _best_callout(r: SimulationResult) -> Callout | None:
+    """Which engine serves the most from cache, against the others and the ideal."""
+    engines = r.engines
+    if not engines:
+        return None
+    best = max(engines, key=lambda e: e.hit_ratio)
+    ideal_text = (
+        f" The ideal (infinite) cache would serve {fmt.percent(r.ideal.hit_ratio)}."
+        if r.ideal is not None
+        else ""
+    )
+    return Callout(
+        CalloutKind.INFO,
+        f"{best.engine} serves the most prompt tokens from cache: {fmt.percent(best.hit_ratio)}",
+        " · ".join(f"{e.engine} {fmt.percent(e.hit_ratio)}" for e in engines) + "." + ideal_text,
+    )
+
+
+def _run_facts(r: SimulationResult) -> KeyValues:
+    """The trace, the KV pool and how the replay was timed."""
+    tr = r.trace
+    return KeyValues(
+        [
+            ("trace", f"{tr.path} ({tr.format})"),
+            ("requests", fmt.count(tr.num_requests)),
+            ("prompt tokens", fmt.count(tr.prompt_tokens)),
+            (
+                "prompts known as",
+                tr.prompt_form
+                + (f", tokenizer {tr.tokenizer}" if tr.tokenizer else "")
+                + (f", {tr.block_size_tokens}-token blocks" if tr.block_size_tokens else ""),
+            ),
+            ("KV pool", capacity_line(r)),
+            ("arrivals", r.replay.arrivals),
+            (
+                "run times",
+                f"{fmt.count(r.replay.num_trace_run_times)} from the trace; others "
+                f"{r.replay.prefill_tokens_per_s:,.0f} prefill tok/s + {r.replay.decode_tokens_per_s:,.0f} decode tok/s",
+            ),
+            ("simulation time", fmt.duration(r.elapsed_s)),
+        ]
+    )
+
+
+def _lead(r: SimulationResult) -> list[Block]:
+    lead: list[Block] = []
+    best = _best_callout(r)
+    if best is not None:
+        lead.append(best)
+    lead.append(_run_facts(r))
+    for note in r.notes:
+        lead.append(Callout(CalloutKind.WARN, "Note", note))
+    return lead
+
+
+_HIT_HEADERS: tuple[str, ...] = (
+    "engine",
+    "hit ratio",
+    "cached tokens",
+    "computed tokens",
+    "requests with a hit",
+    "evicted",
+    "peak pinned",
+    "peak running",
+    "rejected",
+    "wait p90",
+)
+
+
+def _hit_row(e: EngineRun) -> list[str]:
+    return [
+        e.engine,
+        fmt.percent(e.hit_ratio),
+        fmt.count(e.cached_tokens),
+        fmt.count(e.computed_tokens),
+        fmt.percent(e.share_requests_with_hit),
+        fmt.tokens(e.evicted_tokens),
+        fmt.tokens(e.peak_pinned_tokens)
+        + ("" if e.peak_pinned_bytes is None else f" ({fmt.byte_size(e.peak_pinned_bytes)})"),
+        str(e.peak_running),
+        fmt.count(e.num_rejected),
+        "n/a" if e.wait_s.p90 is None else fmt.duration(e.wait_s.p90),
+    ]
+
+
+def _hit_section(r: SimulationResult) -> Section:
+    """Each engine's hit ratio (and the ideal's) as bars, then every engine's figures."""
+    bars = [(e.engine, e.hit_ratio) for e in r.engines]
+    if r.ideal is not None:
+        bars.append((f"ideal ({r.ideal.granularity})", r.ideal.hit_ratio))
+    chart = bar_chart(
+        [b[0] for b in bars],
+        [b[1] for b in bars],
+        title="Prompt tokens served from the prefix cache",
+        x_label="engine",
+        y_label="hit ratio",
+        percent=True,
+        horizontal=True,
+    )
+    return Section(
+        "Hit ratio by engine",
+        [Chart(chart), Table(list(_HIT_HEADERS), [_hit_row(e) for e in r.engines])],
+    )
+
+
+def _per_request_section(engines: list[EngineRun]) -> Section:
+    """How much of each prompt came from cache, as a histogram per engine."""
+    if not (engines and engines[0].per_request_hit.count):
+        return Section("Per-request hits", [Paragraph("No admitted requests.")])
+    edges = engines[0].per_request_hit.hist_edges
+    series = [
+        Bars(
+            e.engine,
+            [c / max(e.per_request_hit.count, 1) for c in e.per_request_hit.hist_counts],
+        )
+        for e in engines
+    ]
+    chart = bar_chart(
+        _share_labels(edges),
+        series,
+        title="Share of each prompt served from cache",
+        x_label="cached share of the prompt",
+        y_label="share of requests",
+        percent=True,
+    )
+    return Section("Per-request hits", [Chart(chart)])
+
+
+def _prefill_section(engines: list[EngineRun]) -> Section:
+    chart = bar_chart(
+        [e.engine for e in engines],
+        [
+            Bars("computed", [float(e.computed_tokens) for e in engines]),
+            Bars("saved (cached)", [float(e.cached_tokens) for e in engines]),
+        ],
+        title="Prompt tokens prefilled and saved",
+        x_label="engine",
+        y_label="tokens",
+    )
+    return Section("Prefill computed vs saved", [Chart(chart)])
+
+
+def _memory_section(engines: list[EngineRun]) -> Section:
+    """Evicted and peak pinned tokens, then each engine's own counters."""
+    chart = bar_chart(
+        [e.engine for e in engines],
+        [
+            Bars("evicted tokens", [float(e.evicted_tokens) for e in engines]),
+            Bars("peak pinned tokens", [float(e.peak_pinned_tokens) for e in engines]),
+        ],
+        title="Evicted tokens and peak pinned memory",
+        x_label="engine",
+        y_label="tokens",
+    )
+    counters = [
+        Paragraph(
+            f"{e.engine} counters: "
+            + ", ".join(f"{k.replace('_', ' ')} {fmt.count(v)}" for k, v in e.counters.items())
+        )
+        for e in engines
+        if e.counters
+    ]
+    return Section("Memory and evictions", [Chart(chart), *counters])
+
+
+def _sweep_section(r: SimulationResult) -> Section:
+    """Hit ratio against KV pool size, one line per engine, the ideal dashed."""
+    refs = [] if r.ideal is None else [RefLine(r.ideal.hit_ratio, "ideal")]
+    chart = line_chart(
+        [Series(c.engine, c.capacity_tokens, c.hit_ratio) for c in r.sweep],
+        title="Hit ratio vs KV capacity",
+        x_label="capacity (tokens)",
+        y_label="hit ratio",
+        log_x=True,
+        percent_y=True,
+        y_min=0,
+        hlines=refs,
+    )
+    return Section(
+        "Hit ratio vs KV capacity",
+        [
+            Paragraph(
+                "Each engine replayed at each KV pool size; the dashed line is the ideal cache."
+            ),
+            Chart(chart),
+        ],
+    )
+
+
 def simulation_page(
     result: SimulationResult, generated_at: datetime, validation: ValidationResult | None = None
 ) -> Page:
     r = result
-    tr = r.trace
-    engines = r.engines
-    best = max(engines, key=lambda e: e.hit_ratio) if engines else None
-    lead: list[Block] = []
-    if best is not None:
-        ideal_text = (
-            f" The ideal (infinite) cache would serve {fmt.percent(r.ideal.hit_ratio)}."
-            if r.ideal is not None
-            else ""
-        )
-        lead.append(
-            Callout(
-                CalloutKind.INFO,
-                f"{best.engine} serves the most prompt tokens from cache: {fmt.percent(best.hit_ratio)}",
-                " · ".join(f"{e.engine} {fmt.percent(e.hit_ratio)}" for e in engines)
-                + "."
-                + ideal_text,
-            )
-        )
-    lead.append(
-        KeyValues(
-            [
-                ("trace", f"{tr.path} ({tr.format})"),
-                ("requests", fmt.count(tr.num_requests)),
-                ("prompt tokens", fmt.count(tr.prompt_tokens)),
-                (
-                    "prompts known as",
-                    tr.prompt_form
-                    + (f", tokenizer {tr.tokenizer}" if tr.tokenizer else "")
-                    + (f", {tr.block_size_tokens}-token blocks" if tr.block_size_tokens else ""),
-                ),
-                ("KV pool", capacity_line(r)),
-                ("arrivals", r.replay.arrivals),
-                (
-                    "run times",
-                    f"{fmt.count(r.replay.num_trace_run_times)} from the trace; others "
-                    f"{r.replay.prefill_tokens_per_s:,.0f} prefill tok/s + {r.replay.decode_tokens_per_s:,.0f} decode tok/s",
-                ),
-                ("simulation time", fmt.duration(r.elapsed_s)),
-            ]
-        )
-    )
-    for note in r.notes:
-        lead.append(Callout(CalloutKind.WARN, "Note", note))
-
-    names = [e.engine for e in engines]
-    bars = [(e.engine, e.hit_ratio) for e in engines]
-    refs = []
-    if r.ideal is not None:
-        bars.append((f"ideal ({r.ideal.granularity})", r.ideal.hit_ratio))
-        refs.append(RefLine(r.ideal.hit_ratio, "ideal"))
-    rows = [
-        [
-            e.engine,
-            fmt.percent(e.hit_ratio),
-            fmt.count(e.cached_tokens),
-            fmt.count(e.computed_tokens),
-            fmt.percent(e.share_requests_with_hit),
-            fmt.tokens(e.evicted_tokens),
-            fmt.tokens(e.peak_pinned_tokens)
-            + ("" if e.peak_pinned_bytes is None else f" ({fmt.byte_size(e.peak_pinned_bytes)})"),
-            str(e.peak_running),
-            fmt.count(e.num_rejected),
-            "n/a" if e.wait_s.p90 is None else fmt.duration(e.wait_s.p90),
-        ]
-        for e in engines
+    sections = [
+        _hit_section(r),
+        _per_request_section(r.engines),
+        _prefill_section(r.engines),
+        _memory_section(r.engines),
     ]
-    hit_sec = Section(
-        "Hit ratio by engine",
-        [
-            Chart(
-                bar_chart(
-                    [b[0] for b in bars],
-                    [b[1] for b in bars],
-                    title="Prompt tokens served from the prefix cache",
-                    x_label="engine",
-                    y_label="hit ratio",
-                    percent=True,
-                    horizontal=True,
-                )
-            ),
-            Table(
-                [
-                    "engine",
-                    "hit ratio",
-                    "cached tokens",
-                    "computed tokens",
-                    "requests with a hit",
-                    "evicted",
-                    "peak pinned",
-                    "peak running",
-                    "rejected",
-                    "wait p90",
-                ],
-                rows,
-            ),
-        ],
-    )
-    per_req: list[Block] = []
-    if engines and engines[0].per_request_hit.count:
-        edges = engines[0].per_request_hit.hist_edges
-        per_req.append(
-            Chart(
-                bar_chart(
-                    _share_labels(edges),
-                    [
-                        Bars(
-                            e.engine,
-                            [
-                                c / max(e.per_request_hit.count, 1)
-                                for c in e.per_request_hit.hist_counts
-                            ],
-                        )
-                        for e in engines
-                    ],
-                    title="Share of each prompt served from cache",
-                    x_label="cached share of the prompt",
-                    y_label="share of requests",
-                    percent=True,
-                )
-            )
-        )
-    else:
-        per_req.append(Paragraph("No admitted requests."))
-    prefill = Section(
-        "Prefill computed vs saved",
-        [
-            Chart(
-                bar_chart(
-                    names,
-                    [
-                        Bars("computed", [float(e.computed_tokens) for e in engines]),
-                        Bars("saved (cached)", [float(e.cached_tokens) for e in engines]),
-                    ],
-                    title="Prompt tokens prefilled and saved",
-                    x_label="engine",
-                    y_label="tokens",
-                )
-            )
-        ],
-    )
-    memory = Section(
-        "Memory and evictions",
-        [
-            Chart(
-                bar_chart(
-                    names,
-                    [
-                        Bars("evicted tokens", [float(e.evicted_tokens) for e in engines]),
-                        Bars("peak pinned tokens", [float(e.peak_pinned_tokens) for e in engines]),
-                    ],
-                    title="Evicted tokens and peak pinned memory",
-                    x_label="engine",
-                    y_label="tokens",
-                )
-            ),
-            *[
-                Paragraph(
-                    f"{e.engine} counters: "
-                    + ", ".join(
-                        f"{k.replace('_', ' ')} {fmt.count(v)}" for k, v in e.counters.items()
-                    )
-                )
-                for e in engines
-                if e.counters
-            ],
-        ],
-    )
-    sections = [hit_sec, Section("Per-request hits", per_req), prefill, memory]
     if validation is not None:
         sections.insert(0, validation_section(validation))
     if r.sweep:
-        sections.append(
-            Section(
-                "Hit ratio vs KV capacity",
-                [
-                    Paragraph(
-                        "Each engine replayed at each KV pool size; the dashed line is the ideal cache."
-                    ),
-                    Chart(
-                        line_chart(
-                            [Series(c.engine, c.capacity_tokens, c.hit_ratio) for c in r.sweep],
-                            title="Hit ratio vs KV capacity",
-                            x_label="capacity (tokens)",
-                            y_label="hit ratio",
-                            log_x=True,
-                            percent_y=True,
-                            y_min=0,
-                            hlines=refs,
-                        )
-                    ),
-                ],
-            )
-        )
+        sections.append(_sweep_section(r))
     sections.append(Section("What each model follows", [DefinitionList(MODELS)]))
     sections.append(Section("Definitions", [DefinitionList(DEFINITIONS)]))
     return Page(
         title="kvroute simulate: engine prefix caches on your trace",
-        subtitle=tr.path,
-        lead=lead,
+        subtitle=r.trace.path,
+        lead=_lead(r),
         sections=sections,
         generated_at=generated_at,
     )

@@ -59,10 +59,9 @@ def largest_misses(v: ValidationResult, limit: int = MAX_MISSES) -> list[Request
     return missed[:limit]
 
 
-def render_validation(v: ValidationResult, console: Console) -> None:
-    """Print the comparison of ``v`` to ``console``."""
-    console.print(f"[bold]Validation[/] {run_line(v)}")
-    console.print(f"[dim]model settings {settings_line(v)}[/]")
+def _summary_table(v: ValidationResult) -> RichTable:
+    """Hit ratio (from the responses, and /metrics when read) and cached tokens:
+    predicted, measured, error."""
     t = RichTable(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
     for i, h in enumerate(("", "predicted", "measured", "error")):
         t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True)
@@ -85,7 +84,29 @@ def render_validation(v: ValidationResult, console: Console) -> None:
         fmt.count(v.measured_cached_tokens),
         f"{v.predicted_cached_tokens - v.measured_cached_tokens:+,}",
     )
-    console.print(t)
+    return t
+
+
+def _misses_table(misses: list[RequestCheck]) -> RichTable:
+    m = RichTable(title="Largest misses", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for h in ("#", "endpoint", "prompt", "predicted", "measured"):
+        m.add_column(h, justify="left" if h == "endpoint" else "right", no_wrap=True)
+    for r in misses:
+        m.add_row(
+            str(r.index),
+            r.endpoint,
+            fmt.count(r.prompt_tokens),
+            fmt.count(r.predicted_cached_tokens),
+            fmt.count(r.measured_cached_tokens),
+        )
+    return m
+
+
+def render_validation(v: ValidationResult, console: Console) -> None:
+    """Print the comparison of ``v`` to ``console``."""
+    console.print(f"[bold]Validation[/] {run_line(v)}")
+    console.print(f"[dim]model settings {settings_line(v)}[/]")
+    console.print(_summary_table(v))
     c = v.comparison
     console.print(
         f"overall error [bold]{_pp(v.hit_ratio_error_pp)}[/] · per request: mean |error| "
@@ -94,36 +115,106 @@ def render_validation(v: ValidationResult, console: Console) -> None:
     )
     misses = largest_misses(v)
     if misses:
-        m = RichTable(
-            title="Largest misses", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+        console.print(_misses_table(misses))
+    for note in v.notes:
+        console.print(f"[dim]note: {note}[/]")
+
+
+def _verdict_callout(v: ValidationResult) -> Callout:
+    """Predicted against measured overall (a warning past 1 pp), and the per-request error."""
+    measured = v.counter_hit_ratio if v.counter_hit_ratio is not None else v.measured_hit_ratio
+    exact = fmt.percent(v.comparison.exact_share, digits=0)
+    return Callout(
+        CalloutKind.INFO if abs(v.hit_ratio_error_pp) < 1 else CalloutKind.WARN,
+        f"Predicted {fmt.percent(v.predicted_hit_ratio, digits=2)}, measured "
+        f"{fmt.percent(measured, digits=2)}: {_pp(v.hit_ratio_error_pp)}",
+        f"Per request, the prediction was exact for {exact} of the requests; "
+        f"mean |error| {v.request_mae_pp:.2f} pp of the prompt.",
+    )
+
+
+def _hit_ratio_chart(v: ValidationResult) -> Chart:
+    bars = [("predicted", v.predicted_hit_ratio), ("measured (responses)", v.measured_hit_ratio)]
+    if v.counter_hit_ratio is not None:
+        bars.append(("measured (/metrics)", v.counter_hit_ratio))
+    return Chart(
+        bar_chart(
+            [b[0] for b in bars],
+            [b[1] for b in bars],
+            title="Hit ratio: model vs engine",
+            x_label="",
+            y_label="hit ratio",
+            percent=True,
+            horizontal=True,
         )
-        for h in ("#", "endpoint", "prompt", "predicted", "measured"):
-            m.add_column(h, justify="left" if h == "endpoint" else "right", no_wrap=True)
-        for r in misses:
-            m.add_row(
+    )
+
+
+def _cached_share(cached_tokens: int, prompt_tokens: int) -> float:
+    return cached_tokens / prompt_tokens if prompt_tokens else 0.0
+
+
+def _per_request_chart(v: ValidationResult) -> Chart:
+    """Predicted and measured cached share of each prompt, in trace order."""
+    xs = [float(r.index) for r in v.requests]
+    share = [_cached_share(r.predicted_cached_tokens, r.prompt_tokens) for r in v.requests]
+    measured = [_cached_share(r.measured_cached_tokens, r.prompt_tokens) for r in v.requests]
+    return Chart(
+        line_chart(
+            [
+                Series("predicted", xs, share),
+                Series("measured", xs, measured, dash=Dash.DASHED),
+            ],
+            title="Cached share of each prompt, in trace order",
+            x_label="request",
+            y_label="cached share",
+            percent_y=True,
+            y_min=0,
+            y_max=1,
+        )
+    )
+
+
+def _error_chart(v: ValidationResult) -> Chart | None:
+    """Predicted minus measured tokens per request; None when every one is exact or
+    there are more than ``MAX_ERROR_BARS`` requests."""
+    errors = [float(r.predicted_cached_tokens - r.measured_cached_tokens) for r in v.requests]
+    if not any(errors) or len(errors) > MAX_ERROR_BARS:
+        return None
+    return Chart(
+        bar_chart(
+            [str(r.index) for r in v.requests],
+            [Bars("predicted − measured", errors)],
+            title="Error per request (tokens)",
+            x_label="request",
+            y_label="tokens",
+        )
+    )
+
+
+def _misses_block(v: ValidationResult) -> Block:
+    misses = largest_misses(v)
+    if not misses:
+        return Paragraph("Every request's prediction was exact.")
+    return Table(
+        ["#", "endpoint", "prompt tokens", "predicted cached", "measured cached"],
+        [
+            [
                 str(r.index),
                 r.endpoint,
                 fmt.count(r.prompt_tokens),
                 fmt.count(r.predicted_cached_tokens),
                 fmt.count(r.measured_cached_tokens),
-            )
-        console.print(m)
-    for note in v.notes:
-        console.print(f"[dim]note: {note}[/]")
+            ]
+            for r in misses
+        ],
+    )
 
 
 def validation_section(v: ValidationResult) -> Section:
     """The HTML section: overall bars, per-request lines, the largest misses."""
-    c = v.comparison
     blocks: list[Block] = [
-        Callout(
-            CalloutKind.INFO if abs(v.hit_ratio_error_pp) < 1 else CalloutKind.WARN,
-            f"Predicted {fmt.percent(v.predicted_hit_ratio, digits=2)}, measured "
-            f"{fmt.percent(v.counter_hit_ratio if v.counter_hit_ratio is not None else v.measured_hit_ratio, digits=2)}: "
-            f"{_pp(v.hit_ratio_error_pp)}",
-            f"Per request, the prediction was exact for {fmt.percent(c.exact_share, digits=0)} of "
-            f"the requests; mean |error| {v.request_mae_pp:.2f} pp of the prompt.",
-        ),
+        _verdict_callout(v),
         KeyValues(
             [
                 ("engine", run_line(v)),
@@ -131,79 +222,13 @@ def validation_section(v: ValidationResult) -> Section:
                 ("replay passes", str(v.passes)),
             ]
         ),
+        _hit_ratio_chart(v),
+        _per_request_chart(v),
     ]
-    bars = [("predicted", v.predicted_hit_ratio), ("measured (responses)", v.measured_hit_ratio)]
-    if v.counter_hit_ratio is not None:
-        bars.append(("measured (/metrics)", v.counter_hit_ratio))
-    blocks.append(
-        Chart(
-            bar_chart(
-                [b[0] for b in bars],
-                [b[1] for b in bars],
-                title="Hit ratio: model vs engine",
-                x_label="",
-                y_label="hit ratio",
-                percent=True,
-                horizontal=True,
-            )
-        )
-    )
-    xs = [float(r.index) for r in v.requests]
-    share = [
-        (r.predicted_cached_tokens / r.prompt_tokens if r.prompt_tokens else 0.0)
-        for r in v.requests
-    ]
-    measured = [
-        (r.measured_cached_tokens / r.prompt_tokens if r.prompt_tokens else 0.0) for r in v.requests
-    ]
-    blocks.append(
-        Chart(
-            line_chart(
-                [
-                    Series("predicted", xs, share),
-                    Series("measured", xs, measured, dash=Dash.DASHED),
-                ],
-                title="Cached share of each prompt, in trace order",
-                x_label="request",
-                y_label="cached share",
-                percent_y=True,
-                y_min=0,
-                y_max=1,
-            )
-        )
-    )
-    errors = [float(r.predicted_cached_tokens - r.measured_cached_tokens) for r in v.requests]
-    if any(errors) and len(errors) <= MAX_ERROR_BARS:
-        blocks.append(
-            Chart(
-                bar_chart(
-                    [str(r.index) for r in v.requests],
-                    [Bars("predicted − measured", errors)],
-                    title="Error per request (tokens)",
-                    x_label="request",
-                    y_label="tokens",
-                )
-            )
-        )
-    misses = largest_misses(v)
-    if misses:
-        blocks.append(
-            Table(
-                ["#", "endpoint", "prompt tokens", "predicted cached", "measured cached"],
-                [
-                    [
-                        str(r.index),
-                        r.endpoint,
-                        fmt.count(r.prompt_tokens),
-                        fmt.count(r.predicted_cached_tokens),
-                        fmt.count(r.measured_cached_tokens),
-                    ]
-                    for r in misses
-                ],
-            )
-        )
-    else:
-        blocks.append(Paragraph("Every request's prediction was exact."))
+    errors = _error_chart(v)
+    if errors is not None:
+        blocks.append(errors)
+    blocks.append(_misses_block(v))
     for note in v.notes:
         blocks.append(Callout(CalloutKind.WARN, "Note", note))
     return Section("Validation against the real engine", blocks)

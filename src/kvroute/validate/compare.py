@@ -32,6 +32,53 @@ def compare(
     lengths = prediction.outcome.prompt_tokens.tolist()
     comparison = compare_cached_tokens(predicted, measured, lengths, tolerance_tokens=0)
     assert comparison is not None  # every request has a measurement
+    checks, mismatches = _request_checks(prompt_ids, served, predicted, lengths, endpoints)
+    if mismatches:
+        notes.append(_tokenization_note(mismatches, served))
+    engine_prompt = sum(s.prompt_tokens for s in served)
+    measured_ratio = sum(measured) / engine_prompt if engine_prompt else 0.0
+    counter_ratio = None if counters is None else counters.hit_rate
+    counter_note = _counter_note(counters, sum(measured), engine_prompt)
+    if counter_note is not None:
+        notes.append(counter_note)
+    overall = counter_ratio if counter_ratio is not None else measured_ratio
+    return ValidationResult(
+        engine=run.engine,
+        url=run.url,
+        model=run.model,
+        reset=run.reset,
+        run_shape=run.run_shape,
+        concurrency=run.concurrency,
+        setup=setup,
+        num_requests=len(served),
+        prompt_tokens=sum(lengths),
+        engine_prompt_tokens=engine_prompt,
+        num_prompt_mismatches=mismatches,
+        predicted_cached_tokens=int(sum(predicted)),
+        measured_cached_tokens=sum(measured),
+        predicted_hit_ratio=comparison.predicted_hit_ratio,
+        measured_hit_ratio=measured_ratio,
+        counter_prompt_tokens=None if counters is None else counters.prompt_tokens,
+        counter_cached_tokens=None if counters is None else counters.cached_tokens,
+        counter_hit_ratio=counter_ratio,
+        hit_ratio_error_pp=100.0 * (comparison.predicted_hit_ratio - overall),
+        request_mae_pp=_request_mae_pp(predicted, measured, lengths),
+        comparison=comparison,
+        passes=prediction.passes,
+        requests=checks,
+        notes=notes,
+    )
+
+
+def _request_checks(
+    prompt_ids: Sequence[TokenIds],
+    served: Sequence[Served],
+    predicted: Sequence[int],
+    lengths: Sequence[int],
+    endpoints: Sequence[str],
+) -> tuple[list[RequestCheck], int]:
+    """One check per request (``prompt_ids_match`` is None when the engine did not
+    return its prompt ids), and how many prompts the engine tokenized differently."""
     checks = []
     mismatches = 0
     for i, (ids, s) in enumerate(zip(prompt_ids, served, strict=True)):
@@ -54,56 +101,44 @@ def compare(
                 done_s=s.done_s,
             )
         )
-    if mismatches:
-        given = any(s.prompt_token_ids is not None for s in served)
-        notes.append(
-            f"the engine tokenized {mismatches} prompts differently from kvroute's tokenizer "
-            + (
-                "(the model was given the engine's own tokens): "
-                if given
-                else "(their predictions rest on other tokens than the engine cached): "
-            )
-            + "give the engine's tokenizer with --tokenizer (vLLM: its model directory)"
+    return checks, mismatches
+
+
+def _tokenization_note(mismatches: int, served: Sequence[Served]) -> str:
+    given = any(s.prompt_token_ids is not None for s in served)
+    return (
+        f"the engine tokenized {mismatches} prompts differently from kvroute's tokenizer "
+        + (
+            "(the model was given the engine's own tokens): "
+            if given
+            else "(their predictions rest on other tokens than the engine cached): "
         )
-    engine_prompt = sum(s.prompt_tokens for s in served)
-    measured_ratio = sum(measured) / engine_prompt if engine_prompt else 0.0
-    counter_ratio = None if counters is None else counters.hit_rate
-    if counters is not None and counters.cached_tokens is not None:
-        if counters.cached_tokens != sum(measured) or counters.prompt_tokens != engine_prompt:
-            notes.append(
-                f"the /metrics deltas ({counters.cached_tokens} cached of "
-                f"{counters.prompt_tokens}) differ from the responses ({sum(measured)} of "
-                f"{engine_prompt}): other traffic, or counters that lag"
-            )
-    elif counters is None:
-        notes.append("the engine's /metrics counters could not be read: overall from responses")
-    overall = counter_ratio if counter_ratio is not None else measured_ratio
+        + "give the engine's tokenizer with --tokenizer (vLLM: its model directory)"
+    )
+
+
+def _counter_note(
+    counters: CacheCounters | None, measured_cached: int, engine_prompt: int
+) -> str | None:
+    """Why the overall figure may not be the /metrics one: unread, or off the responses."""
+    if counters is None:
+        return "the engine's /metrics counters could not be read: overall from responses"
+    if counters.cached_tokens is None:
+        return None
+    if counters.cached_tokens == measured_cached and counters.prompt_tokens == engine_prompt:
+        return None
+    return (
+        f"the /metrics deltas ({counters.cached_tokens} cached of "
+        f"{counters.prompt_tokens}) differ from the responses ({measured_cached} of "
+        f"{engine_prompt}): other traffic, or counters that lag"
+    )
+
+
+def _request_mae_pp(
+    predicted: Sequence[int], measured: Sequence[int], lengths: Sequence[int]
+) -> float:
+    """Mean absolute error of the cached share per request, in percentage points."""
     share_err = [
         abs(p - m) / n for p, m, n in zip(predicted, measured, lengths, strict=True) if n > 0
     ]
-    return ValidationResult(
-        engine=run.engine,
-        url=run.url,
-        model=run.model,
-        reset=run.reset,
-        run_shape=run.run_shape,
-        concurrency=run.concurrency,
-        setup=setup,
-        num_requests=len(served),
-        prompt_tokens=sum(lengths),
-        engine_prompt_tokens=engine_prompt,
-        num_prompt_mismatches=mismatches,
-        predicted_cached_tokens=int(sum(predicted)),
-        measured_cached_tokens=sum(measured),
-        predicted_hit_ratio=comparison.predicted_hit_ratio,
-        measured_hit_ratio=measured_ratio,
-        counter_prompt_tokens=None if counters is None else counters.prompt_tokens,
-        counter_cached_tokens=None if counters is None else counters.cached_tokens,
-        counter_hit_ratio=counter_ratio,
-        hit_ratio_error_pp=100.0 * (comparison.predicted_hit_ratio - overall),
-        request_mae_pp=100.0 * float(np.mean(share_err)) if share_err else 0.0,
-        comparison=comparison,
-        passes=prediction.passes,
-        requests=checks,
-        notes=notes,
-    )
+    return 100.0 * float(np.mean(share_err)) if share_err else 0.0

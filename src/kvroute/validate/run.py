@@ -13,14 +13,17 @@ from kvroute.cache.registry import EngineSettings
 from kvroute.engines.base import CacheCounters, CacheResetOutcome, EngineAdapter
 from kvroute.errors import EngineError, InputError
 from kvroute.trace.records import Request
-from kvroute.types import TokenIds
+from kvroute.types import JSONValue, TokenIds
 from kvroute.validate.bodies import read_answer, request_body
 from kvroute.validate.compare import compare
 from kvroute.validate.predict import Prediction, predict
 from kvroute.validate.result import (
+    Endpoint,
+    EngineSetup,
     ResetOutcome,
     RunInfo,
     RunShape,
+    Served,
     ValidateOptions,
     ValidationResult,
 )
@@ -53,14 +56,7 @@ async def validate(
         raise ValueError("one tokenized prompt per request")
     if not requests:
         raise InputError("the trace has no requests")
-    notes: list[str] = []
-    health = await adapter.health()
-    if not health.is_ready:
-        raise EngineError(
-            f"{adapter.engine} at {adapter.base_url} is not ready ({health.state.value}: "
-            f"{health.detail})",
-            hint="start it with `kvroute engines up`, or check the URL",
-        )
+    await _check_ready(adapter)
     setup = await read_setup(adapter, given)
     models = await adapter.models()
     if not models:
@@ -70,39 +66,19 @@ async def validate(
         request_body(r, engine=adapter.engine, model=models[0], max_tokens=max(n, 1))
         for r, n in zip(requests, outputs, strict=True)
     ]
-    reset = ResetOutcome.SKIPPED
-    if opts.reset:
-        if adapter.engine == "llamacpp":
-            await order_slots(post, models[0], setup.reported["num_slots"])
-        outcome = await adapter.reset_cache()
-        reset = ResetOutcome.RESET
-        if outcome is CacheResetOutcome.NEEDS_RESTART:
-            reset = ResetOutcome.NEEDS_RESTART
-            notes.append(
-                "the engine offers no cache reset: the run may not have started cold "
-                "(restart it before validating)"
-            )
-    else:
-        notes.append("the cache was not reset: the run may not have started cold")
+    reset, notes = await _reset(adapter, post, models[0], setup, enabled=opts.reset)
     arrivals = _arrivals(requests) if opts.concurrency is None else None
     shape = RunShape.ARRIVALS if arrivals is not None else RunShape.CLOSED_LOOP
     concurrency = None if arrivals is not None else (opts.concurrency or 1)
-    before = await _counters(adapter)
-    t_serve = clock()
-    answers = await serve(
-        work,
+    served, serve_s, delta = await _serve_counted(
+        adapter,
         post,
+        work,
         arrivals_s=arrivals,
         concurrency=concurrency or 1,
         send_gap_s=opts.send_gap_s,
         clock=clock,
     )
-    serve_s = clock() - t_serve
-    served = [read_answer(adapter, a) for a in answers]
-    delta = None
-    if before is not None:
-        expected = sum(s.prompt_tokens for s in served)
-        delta = await _counter_delta(adapter, before, expected, clock)
     prediction = predict(prompt_ids, served, setup, lead_s=opts.lead_s)
     result = compare(
         prompt_ids,
@@ -115,6 +91,67 @@ async def validate(
         notes=notes,
     )
     return dataclasses.replace(result, serve_s=serve_s, elapsed_s=clock() - started), prediction
+
+
+async def _check_ready(adapter: EngineAdapter) -> None:
+    """Raises ``EngineError`` unless the engine says it is ready to serve."""
+    health = await adapter.health()
+    if not health.is_ready:
+        raise EngineError(
+            f"{adapter.engine} at {adapter.base_url} is not ready ({health.state.value}: "
+            f"{health.detail})",
+            hint="start it with `kvroute engines up`, or check the URL",
+        )
+
+
+async def _reset(
+    adapter: EngineAdapter, post: Post, model: str, setup: EngineSetup, *, enabled: bool
+) -> tuple[ResetOutcome, list[str]]:
+    """Empty the engine's prefix cache unless disabled (llama.cpp: after putting its slots
+    in a fresh server's order); returns what happened, and notes when the run may not
+    start cold."""
+    if not enabled:
+        return ResetOutcome.SKIPPED, ["the cache was not reset: the run may not have started cold"]
+    if adapter.engine == "llamacpp":
+        await order_slots(post, model, setup.reported["num_slots"])
+    outcome = await adapter.reset_cache()
+    if outcome is CacheResetOutcome.NEEDS_RESTART:
+        return ResetOutcome.NEEDS_RESTART, [
+            "the engine offers no cache reset: the run may not have started cold "
+            "(restart it before validating)"
+        ]
+    return ResetOutcome.RESET, []
+
+
+async def _serve_counted(
+    adapter: EngineAdapter,
+    post: Post,
+    work: Sequence[tuple[Endpoint, dict[str, JSONValue]]],
+    *,
+    arrivals_s: Sequence[float] | None,
+    concurrency: int,
+    send_gap_s: float,
+    clock: Clock,
+) -> tuple[list[Served], float, CacheCounters | None]:
+    """Serve ``work`` and read each answer; returns them, the seconds serving took, and
+    the engine's counters over the run (None when they cannot be read)."""
+    before = await _counters(adapter)
+    t_serve = clock()
+    answers = await serve(
+        work,
+        post,
+        arrivals_s=arrivals_s,
+        concurrency=concurrency,
+        send_gap_s=send_gap_s,
+        clock=clock,
+    )
+    serve_s = clock() - t_serve
+    served = [read_answer(adapter, a) for a in answers]
+    delta = None
+    if before is not None:
+        expected = sum(s.prompt_tokens for s in served)
+        delta = await _counter_delta(adapter, before, expected, clock)
+    return served, serve_s, delta
 
 
 async def _counters(adapter: EngineAdapter) -> CacheCounters | None:
