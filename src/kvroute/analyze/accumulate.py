@@ -22,7 +22,7 @@ from kvroute.analyze.reuse import ReuseTracker
 from kvroute.analyze.sessions import SessionTracker
 from kvroute.errors import InputError
 from kvroute.trace.hashing import DEFAULT_SEED, chain_hashes_batch, rechain_ids
-from kvroute.trace.records import BlockPrompt, ChatPrompt, Request, TokenPrompt
+from kvroute.trace.records import BlockPrompt, ChatPrompt, Request, TokenPrompt, block_prompts
 from kvroute.types import TokenIds
 
 if TYPE_CHECKING:
@@ -118,25 +118,6 @@ def _token_ids(chunk: list[Request]) -> list[TokenIds]:
     return prompts
 
 
-def _block_prompts(chunk: list[Request], bs: int) -> list[BlockPrompt]:
-    """Each request's block-hash prompt; ``InputError`` at the first prompt of another
-    kind or with blocks of other than ``bs`` tokens."""
-    prompts: list[BlockPrompt] = []
-    for req in chunk:
-        p = req.prompt
-        if not isinstance(p, BlockPrompt):
-            raise InputError(
-                "a hash-only trace cannot mix in token or text prompts", line=req.source_line
-            )
-        if p.block_size_tokens != bs:
-            raise InputError(
-                f"block size changes within the trace ({p.block_size_tokens} vs {bs} tokens)",
-                line=req.source_line,
-            )
-        prompts.append(p)
-    return prompts
-
-
 def add_token_chunk(chunk: list[Request], acc: Accumulators) -> None:
     """Feed a chunk of token prompts to ``acc`` (mutates it). Raises ``InputError`` on a
     block-hash or untokenized prompt."""
@@ -188,7 +169,7 @@ def add_block_chunk(chunk: list[Request], acc: Accumulators) -> None:
         acc.pairs,
         acc.groups,
     )
-    prompts = _block_prompts(chunk, bs)
+    prompts = block_prompts(chunk, bs)
     counts = np.array([p.block_hashes.shape[0] for p in prompts], dtype=np.int64)
     offsets = np.zeros(len(prompts) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from kvroute.cache.base import CacheSeq, units_for
 from kvroute.errors import InputError
 from kvroute.trace.hashing import DEFAULT_SEED, chain_hashes_batch, rechain_ids
-from kvroute.trace.records import BlockPrompt, ChatPrompt, Request, TokenPrompt
+from kvroute.trace.records import BlockPrompt, ChatPrompt, Request, TokenPrompt, block_prompts
 
 _PSEUDO_TOKEN = np.uint32(0x8000_0000)  # above any real vocabulary
 _PSEUDO_ID = np.uint64(1 << 63)
@@ -155,19 +155,7 @@ class SeqBuilder:
         self, requests: Sequence[Request], indices: Sequence[int], output_tokens: Sequence[int]
     ) -> list[SeqPair]:
         bs = self.unit_tokens
-        blocks: list[BlockPrompt] = []
-        for req in requests:
-            p = req.prompt
-            if not isinstance(p, BlockPrompt):
-                raise InputError(
-                    "a hash-only trace cannot mix in token or text prompts", line=req.source_line
-                )
-            if p.block_size_tokens != bs:
-                raise InputError(
-                    f"block size changes within the trace ({p.block_size_tokens} vs {bs} tokens)",
-                    line=req.source_line,
-                )
-            blocks.append(p)
+        blocks = block_prompts(requests, bs)
         n = len(blocks)
         prompt_units = np.fromiter((p.block_hashes.shape[0] for p in blocks), np.int64, n)
         outs = np.asarray(output_tokens, dtype=np.int64)

@@ -18,11 +18,13 @@ BlockPrompt        chained block hashes + block size + length  Mooncake, kvroute
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kvroute.errors import InputError
 from kvroute.types import BlockHashes, Message, TokenIds
 
 
@@ -114,3 +116,24 @@ class Request:
 def as_token_ids(values: Any) -> TokenIds:
     """Token ids as the canonical array type (uint32), from any int sequence."""
     return np.asarray(values, dtype=np.uint32)
+
+
+def block_prompts(requests: Iterable[Request], block_size_tokens: int) -> list[BlockPrompt]:
+    """Each request's block-hash prompt. Raises :class:`InputError` (with the request's
+    line) at the first prompt of another form or with blocks of another size: a
+    hash-only trace cannot be mixed."""
+    prompts: list[BlockPrompt] = []
+    for req in requests:
+        p = req.prompt
+        if not isinstance(p, BlockPrompt):
+            raise InputError(
+                "a hash-only trace cannot mix in token or text prompts", line=req.source_line
+            )
+        if p.block_size_tokens != block_size_tokens:
+            raise InputError(
+                f"block size changes within the trace ({p.block_size_tokens} vs "
+                f"{block_size_tokens} tokens)",
+                line=req.source_line,
+            )
+        prompts.append(p)
+    return prompts
