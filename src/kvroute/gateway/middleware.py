@@ -8,6 +8,7 @@ budgets; ``Admission`` bounds the completions in flight.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from kvroute.gateway.state import GatewayState
 from kvroute.gateway.types import Handler, Request, Response
 
 COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+CLIENT_CLOSED = 499
+"""The status logged for a request whose client left before its answer began."""
 
 StateRef = Callable[[], GatewayState]
 Clock = Callable[[], float]
@@ -45,7 +48,14 @@ class ObserveMiddleware:
         self.log_enabled = log_enabled
 
     async def __call__(self, request: Request) -> Response:
-        response = await self.app(request)
+        try:
+            response = await self.app(request)
+        except asyncio.CancelledError:
+            # The client left before the answer began (a non-streamed request still
+            # generating): logged and counted as 499, nginx's "client closed request".
+            request.ctx.error_kind = request.ctx.error_kind or "client_disconnect"
+            self._done(request, CLIENT_CLOSED)
+            raise
         response.closers.append(lambda: self._done(request, response.status))
         return response
 

@@ -12,7 +12,8 @@ of a stream (or the head of a non-streamed answer); ``total_s`` for the whole
 request, from the moment the gateway received it.
 
 A client that goes away cancels its task; the upstream connection is aborted then and
-there, so the engine stops generating (llama.cpp and vLLM both watch their socket).
+there, even while a non-streamed answer is still being generated, so an engine that
+watches its socket stops (vLLM always; llama-server only for streams).
 """
 
 from __future__ import annotations

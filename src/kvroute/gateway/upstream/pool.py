@@ -39,7 +39,7 @@ class PooledTransport:
         if conn is not None:
             exchange = self._start(conn, data)
             try:
-                await exchange.wait_head(head_timeout_s)
+                await _head_of(exchange, head_timeout_s)
                 return exchange
             except UpstreamFailure as exc:
                 # A kept-alive connection the backend closed meanwhile: the request never
@@ -48,7 +48,7 @@ class PooledTransport:
                     raise
         conn = await self._connect(connect_timeout_s)
         exchange = self._start(conn, data)
-        await exchange.wait_head(head_timeout_s)
+        await _head_of(exchange, head_timeout_s)
         return exchange
 
     def _encode(self, request: UpstreamRequest) -> bytes:
@@ -113,3 +113,14 @@ class PooledTransport:
         for conn in list(self._all):
             conn.abort()
         self._idle.clear()
+
+
+async def _head_of(exchange: PooledExchange, timeout_s: float | None) -> None:
+    """Wait for the response head; a caller cancelled meanwhile (its client left) aborts
+    the connection, so the engine sees its socket close and stops generating (a
+    non-streamed answer has no head until generation is done)."""
+    try:
+        await exchange.wait_head(timeout_s)
+    except asyncio.CancelledError:
+        exchange.abort()
+        raise
