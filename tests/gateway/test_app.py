@@ -90,9 +90,15 @@ def test_body_too_large_is_413(loop_thread: LoopThread, fake: FakeUpstream) -> N
         (b"[1, 2]", None),
         (b'{"model": 3, "messages": [{"role": "user"}]}', "model"),
         (b'{"model": "m", "messages": []}', "messages"),
-        (b'{"model": "m", "messages": ["x"]}', "messages"),
-        (b'{"model": "m", "messages": [{}], "stream": "yes"}', "stream"),
-        (b'{"model": "m", "messages": [{}], "stream_options": 1}', "stream_options"),
+        (b'{"model": "m", "messages": ["x"]}', "messages[0]"),
+        (b'{"messages": [{"role": "user", "content": "hi"}]}', "model"),
+        (b'{"model": "", "messages": [{"role": "user", "content": "hi"}]}', "model"),
+        # engines answer these with a 500; the gateway says what is wrong instead
+        (b'{"model": "m", "messages": [{"role": "user"}, {"content": "hi"}]}', "messages[1].role"),
+        (b'{"model": "m", "messages": [{"role": "user"}], "tools": "x"}', "tools"),
+        (b'{"model": "m", "messages": [{"role": "user"}], "tools": ["x"]}', "tools"),
+        (b'{"model": "m", "messages": [{"role": "user"}], "stream": "yes"}', "stream"),
+        (b'{"model": "m", "messages": [{"role": "user"}], "stream_options": 1}', "stream_options"),
     ],
 )
 def test_bad_input_is_400_with_param(

@@ -39,7 +39,8 @@ def test_existing_stream_options_and_alias_are_reencoded() -> None:
 def test_reads_what_routing_needs() -> None:
     body = parse_body(RAW, Endpoint.CHAT)
     assert (body.model, body.stream, body.wants_usage) == ("m", True, False)
-    assert parse_body(b'{"prompt": [1, 2], "stream": null}', Endpoint.COMPLETIONS).stream is False
+    raw = b'{"model": "m", "prompt": [1, 2], "stream": null}'
+    assert parse_body(raw, Endpoint.COMPLETIONS).stream is False
 
 
 @pytest.mark.parametrize("raw", [b'{"model": "m", "prompt": 3}', b'{"model": "m"}'])

@@ -1,7 +1,8 @@
 """Reading a client's request body and building the one sent upstream. Pure.
 
 The gateway checks only what it needs to route and to answer bad input with a 400
-(a JSON object; ``messages`` or ``prompt``; a string ``model``; a boolean ``stream``).
+(a JSON object; ``messages`` of objects with a string ``role``, or ``prompt``; a
+string ``model``; a boolean ``stream``; ``tools``, when given, an array of objects).
 Every other field goes upstream byte for byte: no renaming (SGLang's router turns
 ``max_tokens`` into ``max_completion_tokens``, which some servers ignore), no
 dropping. Two changes are made, both on purpose:
@@ -53,15 +54,18 @@ def parse_body(raw: bytes, endpoint: Endpoint) -> ClientBody:
         raise bad_request(f"the request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise bad_request(f"the request body must be a JSON object, not {type(data).__name__}")
-    model = data.get("model", "")
+    model = data.get("model")
+    if model is None or model == "":
+        raise bad_request("'model' is required: name the model to use", param="model")
     if not isinstance(model, str):
         raise bad_request("'model' must be a string", param="model")
     if endpoint is Endpoint.CHAT:
-        messages = data.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise bad_request("'messages' must be a non-empty array", param="messages")
-        if not all(isinstance(m, dict) for m in messages):
-            raise bad_request("every entry of 'messages' must be an object", param="messages")
+        _check_messages(data.get("messages"))
+        tools = data.get("tools")
+        if tools is not None and (
+            not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
+        ):
+            raise bad_request("'tools' must be an array of objects", param="tools")
     elif not isinstance(data.get("prompt"), str | list):
         raise bad_request("'prompt' must be a string or an array", param="prompt")
     stream = data.get("stream", False)
@@ -74,6 +78,20 @@ def parse_body(raw: bytes, endpoint: Endpoint) -> ClientBody:
         raise bad_request("'stream_options' must be an object", param="stream_options")
     wants_usage = bool(options.get("include_usage")) if options else False
     return ClientBody(raw, data, endpoint, model, stream, wants_usage)
+
+
+def _check_messages(messages: object) -> None:
+    """What every engine needs of ``messages`` (they answer 500, not 400, without it)."""
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty array", param="messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise bad_request(f"messages[{i}] must be an object", param=f"messages[{i}]")
+        if not isinstance(m.get("role"), str):
+            raise bad_request(
+                f"messages[{i}] needs a string 'role' (system, user, assistant or tool)",
+                param=f"messages[{i}].role",
+            )
 
 
 def upstream_body(body: ClientBody, *, inject_usage: bool, model: str | None) -> bytes:
