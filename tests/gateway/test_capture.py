@@ -22,6 +22,7 @@ from gateway.fake_upstream import FakeUpstream
 from gateway.harness import LoopThread, running_gateway
 from kvroute.analyze.run import analyze_requests
 from kvroute.engines.state import EngineRecord
+from kvroute.errors import InputError
 from kvroute.gateway.capture import CaptureConfig, TraceCapture
 from kvroute.gateway.capture_attrs import _PARSER_KEYS, _PLAIN_KEYS
 from kvroute.gateway.capture_files import RotatingTraceFile
@@ -485,3 +486,80 @@ def test_plain_keys_never_ask_for_structured_output() -> None:
         assert key not in _PARSER_KEYS
         for value in values:
             assert structured_output_kind({key: value}) is StructuredOutput.NONE, key
+
+
+# -- write failures at run time: counted, logged once, then capture resumes -------------
+
+
+def _wait_for(condition: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _capture_messages(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [
+        (r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.name == "kvroute.gateway.capture" and "skipped" not in r.getMessage()
+    ]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_disk_full_loses_the_batch_visibly_and_capture_resumes(
+    tmp_path: Path, tokenizer: ChatTokenizer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The second file lands on a full disk (/dev/full: writes fail with ENOSPC)."""
+    config = CaptureConfig(directory=str(tmp_path), rotate_bytes=1, flush_interval_s=0.01)
+    capture = TraceCapture(config, load=lambda _: tokenizer, wall_clock=lambda: 1000.0)
+    (tmp_path / "capture-19700101T001640Z-0002.jsonl.part").symlink_to("/dev/full")
+    body = {"model": "m", "prompt": "x"}
+    capture.start()
+    try:
+        for expected in ((1, 0), (1, 1), (2, 1)):
+            capture.submit(event(body))
+            _wait_for(lambda e=expected: (capture.num_written, capture.num_failed) == e)
+    finally:
+        capture.close()
+    messages = _capture_messages(caplog)
+    assert [level for level, _ in messages] == ["ERROR", "WARNING"]
+    assert "No space left on device" in messages[0][1] and "again" in messages[1][1]
+    paths = captured_files(tmp_path)
+    assert [p.name[-10:] for p in paths] == ["0001.jsonl", "0003.jsonl"]
+    assert [sum(1 for _ in read_trace(p)) for p in paths] == [1, 1]
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_removed_directory_is_counted_logged_once_and_recreated(
+    tmp_path: Path, tokenizer: ChatTokenizer, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "cap"
+    config = CaptureConfig(directory=str(directory), rotate_bytes=1, flush_interval_s=0.01)
+    capture = TraceCapture(config, load=lambda _: tokenizer)
+    body = {"model": "m", "prompt": "x"}
+    capture.start()
+    try:
+        capture.submit(event(body))
+        _wait_for(lambda: capture.num_written == 1)
+        directory.rename(tmp_path / "moved")
+        directory.write_text("a file where the directory was\n")
+        for num_failed in (1, 2):  # rotating into the lost directory; creating it again
+            capture.submit(event(body))
+            _wait_for(lambda n=num_failed: capture.num_failed == n)
+        directory.unlink()
+        capture.submit(event(body))
+        _wait_for(lambda: capture.num_written == 2)
+        assert capture._thread is not None and capture._thread.is_alive()
+    finally:
+        capture.close()
+    assert [level for level, _ in _capture_messages(caplog)] == ["ERROR", "WARNING"]
+    [path] = captured_files(directory)
+    assert sum(1 for _ in read_trace(path)) == 1
+
+
+def test_start_refuses_an_unwritable_directory(tmp_path: Path, tokenizer: ChatTokenizer) -> None:
+    (tmp_path / "file").write_text("")
+    config = CaptureConfig(directory=str(tmp_path / "file" / "cap"))
+    with pytest.raises(InputError, match=r"capture.directory.*exists and is not a directory"):
+        TraceCapture(config, load=lambda _: tokenizer).start()

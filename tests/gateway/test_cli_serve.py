@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from kvroute.cli.main import build_cli
 from kvroute.cli.serve import serve_cmd
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import UsageError
@@ -107,3 +108,44 @@ def test_serve_reloads_on_sighup_and_stops_on_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert "reload failed" in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_check_applies_host_and_port_overrides_and_warns_like_serving(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        "listener: {port: 18477}\nbackends: [{name: a, url: 'http://127.0.0.1:1', engine: vllm}]\n"
+    )
+    argv = ["--config", str(path), "--check", "--host", "0.0.0.0", "--port", "9000"]
+    result = CliRunner().invoke(serve_cmd, argv)
+    assert result.exit_code == 0
+    assert "listening on 0.0.0.0:9000" in result.stdout
+    assert "warning: listening on 0.0.0.0 with no API keys" in result.stderr
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_unwritable_capture_directory_is_one_config_error_before_listening(
+    tmp_path: Path, check: bool
+) -> None:
+    (tmp_path / "log.jsonl").write_text("{}\n")
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        "backends: [{name: a, url: 'http://127.0.0.1:1', engine: vllm}]\n"
+        f"capture: {{directory: '{tmp_path / 'log.jsonl' / 'cap'}'}}\n"
+    )
+    argv = ["serve", "--config", str(path), "--port", "0", *(["--check"] if check else [])]
+    result = CliRunner().invoke(build_cli(), argv)
+    assert result.exit_code == 3
+    first, hint = result.stderr.splitlines()
+    assert first.startswith(f"error: {path}, field 'capture.directory': cannot write capture")
+    assert f"{tmp_path / 'log.jsonl'} exists and is not a directory" in first
+    assert hint.startswith("hint: ") and "Traceback" not in result.output
+
+
+def test_check_creates_a_missing_capture_directory(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        "backends: [{name: a, url: 'http://127.0.0.1:1', engine: vllm}]\n"
+        f"capture: {{directory: '{tmp_path / 'new' / 'cap'}'}}\n"
+    )
+    result = CliRunner().invoke(serve_cmd, ["--config", str(path), "--check"])
+    assert result.exit_code == 0 and (tmp_path / "new" / "cap").is_dir()

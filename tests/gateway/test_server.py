@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -79,3 +81,62 @@ def test_shutdown_with_nothing_in_flight_cuts_nothing(loop_thread: LoopThread) -
     server = HttpServer(app)
     loop_thread.run(server.start("127.0.0.1", 0))
     assert loop_thread.run(server.shutdown(1)) == 0
+
+
+def test_shutdown_keeps_listening_while_a_stream_finishes(loop_thread: LoopThread) -> None:
+    """During the drain new connections are answered (the handler sees ``draining``)
+    with ``connection: close``; the listener closes once the stream is done."""
+    release = asyncio.Event()
+
+    async def slow_app(request: Request) -> Response:
+        if request.path == "/slow":
+
+            async def pieces() -> AsyncIterator[bytes]:
+                yield b"first"
+                await release.wait()
+                yield b"last"
+
+            return Response(200, [], stream=IteratorStream(pieces()))
+        return Response(200, [], b"draining=%d" % server.draining)
+
+    server = HttpServer(slow_app)
+    loop_thread.run(server.start("127.0.0.1", 0))
+    port = server.port
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = b""
+        while b"first" not in head:
+            head += s.recv(65536)
+        cut = asyncio.run_coroutine_threadsafe(server.shutdown(30), loop_thread.loop)
+        time.sleep(0.1)
+        during = exchange(port, b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+        loop_thread.loop.call_soon_threadsafe(release.set)
+        assert cut.result(5) == 0
+        tail = s.recv(65536)
+    assert during.startswith(b"HTTP/1.1 200 OK") and b"connection: close" in during
+    assert during.endswith(b"draining=1")
+    assert tail.endswith(b"4\r\nlast\r\n0\r\n\r\n")
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def test_end_drain_cuts_what_is_still_running(loop_thread: LoopThread) -> None:
+    async def endless_app(request: Request) -> Response:
+        async def pieces() -> AsyncIterator[bytes]:
+            yield b"first"
+            await asyncio.Event().wait()
+
+        return Response(200, [], stream=IteratorStream(pieces()))
+
+    server = HttpServer(endless_app)
+    loop_thread.run(server.start("127.0.0.1", 0))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        while b"first" not in s.recv(65536):
+            pass
+        cut = asyncio.run_coroutine_threadsafe(server.shutdown(30), loop_thread.loop)
+        time.sleep(0.1)
+        started = time.monotonic()
+        loop_thread.loop.call_soon_threadsafe(server.end_drain)
+        assert cut.result(5) == 1
+    assert time.monotonic() - started < 2  # not the 30 s drain timeout

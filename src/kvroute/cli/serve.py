@@ -15,6 +15,7 @@ from kvroute.engines.state import StateDir, default_state_dir
 from kvroute.errors import UsageError
 from kvroute.gateway.app import ACCESS_LOGGER, Gateway
 from kvroute.gateway.auth import hash_key
+from kvroute.gateway.capture import check_capture_directory
 from kvroute.gateway.config import GatewayConfig, ListenerConfig, load_config
 from kvroute.gateway.service import serve_until_signalled
 from kvroute.gateway.zeroconfig import config_from_records
@@ -72,10 +73,11 @@ def serve_cmd(
         click.echo(hash_key(key))
         return
     config = _config(config_path, state_dir)
+    listen_host, listen_port = _preflight(config, host, port)
     if check:
         click.echo(
             f"ok: {len(config.backends)} backends, {len(config.routes)} routes, "
-            f"{len(config.keys)} keys, listening on {config.listener.host}:{config.listener.port}"
+            f"{len(config.keys)} keys, listening on {listen_host}:{listen_port}"
         )
         return
     logging.basicConfig(
@@ -86,14 +88,6 @@ def serve_cmd(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # health probes are not news
     if no_access_log:
         logging.getLogger(ACCESS_LOGGER).setLevel(logging.WARNING)
-    listen_host = host or config.listener.host
-    if listen_host not in _LOOPBACK and not config.keys:
-        click.secho(
-            f"warning: listening on {listen_host} with no API keys: anyone who can reach "
-            "it can use your backends",
-            fg="yellow",
-            err=True,
-        )
     gateway = Gateway(config, config_path=config_path)
 
     def listening(bound: int) -> None:
@@ -103,7 +97,24 @@ def serve_cmd(
             err=True,
         )
 
-    _run(serve_until_signalled(gateway, host=host, port=port, on_listening=listening))
+    _run(serve_until_signalled(gateway, host=listen_host, port=listen_port, on_listening=listening))
+
+
+def _preflight(config: GatewayConfig, host: str | None, port: int | None) -> tuple[str, int]:
+    """What --check and serving share: the listen address after the --host/--port
+    overrides, the capture directory (created and checked), the open-bind warning."""
+    listen_host = host or config.listener.host
+    listen_port = config.listener.port if port is None else port
+    if config.capture.enabled:
+        check_capture_directory(config.capture, config.source)
+    if listen_host not in _LOOPBACK and not config.keys:
+        click.secho(
+            f"warning: listening on {listen_host} with no API keys: anyone who can reach "
+            "it can use your backends",
+            fg="yellow",
+            err=True,
+        )
+    return listen_host, listen_port
 
 
 def _config(config_path: Path | None, state_dir: Path | None) -> GatewayConfig:

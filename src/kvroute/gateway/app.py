@@ -250,6 +250,8 @@ class Gateway:
         endpoint = _ENDPOINTS.get(path)
         if endpoint is not None:
             endpoints.require_method(method, "POST")
+            if self.server is not None and self.server.arrived_while_draining(request):
+                raise _draining_error()  # new work; requests from before the drain finish
             return await self._complete(request, endpoint)
         if path == "/v1/models":
             endpoints.require_method(method, "GET")
@@ -354,6 +356,17 @@ class Gateway:
                 plan, route.config, request, response, payload, state.backends, model
             )
         return response
+
+
+def _draining_error() -> GatewayError:
+    return GatewayError(
+        "the gateway is shutting down; retry (another replica will answer)",
+        status=503,
+        error_type="server_error",
+        kind="draining",
+        code="draining",
+        retry_after_s=1.0,
+    )
 
 
 def _needs_cache_router(config: GatewayConfig) -> bool:

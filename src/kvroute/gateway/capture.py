@@ -19,7 +19,9 @@ No text is written unless ``include_text`` is set (then ``prompt_text`` holds th
 rendered prompt); session ids are written as a 64-bit BLAKE2b pseudonym. Files rotate
 on size or age (capture_files.py). :meth:`TraceCapture.close` drains the queue, so
 nothing accepted is lost on a graceful stop. A full queue drops (and counts) events
-rather than slow the gateway.
+rather than slow the gateway. A failed write (disk full, directory removed) loses its
+batch, counted as failed and logged once per outage; the worker carries on with a new
+file. :func:`check_capture_directory` is the start-up check.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvroute.gateway.capture_files import RotatingTraceFile
+from kvroute.errors import InputError
+from kvroute.gateway.capture_files import RotatingTraceFile, check_directory
 from kvroute.gateway.capture_records import CaptureEvent, CaptureRecords
 from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
@@ -80,7 +83,7 @@ class TraceCapture:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
-        self.files = RotatingTraceFile(Path(config.directory), config, wall_clock)
+        self.files = RotatingTraceFile(Path(config.directory).expanduser(), config, wall_clock)
         self.num_written = 0
         self.num_failed = 0
         self.num_dropped = 0
@@ -89,15 +92,19 @@ class TraceCapture:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._records: CaptureRecords | None = None
+        self._writes_failing = False
+        """The last write failed (so an outage is logged once, and its end too)."""
         self.on_records: Callable[[list[dict[str, Any]]], None] | None = None
         """Called on the worker thread with the written records of events marked
         ``observe`` (must be thread-safe: the gateway hands them to its event loop)."""
 
     def start(self) -> None:
-        """Load the tokenizer (blocking: call it off the event loop) and start the
-        worker. Raises :class:`KvrouteError` when the tokenizer cannot be loaded."""
+        """Check the directory, load the tokenizer (blocking: call it off the event
+        loop) and start the worker. Raises :class:`KvrouteError` when the directory is
+        not writable or the tokenizer cannot be loaded."""
         if self._thread is not None:
             return
+        check_capture_directory(self.config)
         self._records = CaptureRecords(
             PromptTokens(self._load(self.config.tokenizer or None)),
             block_size_tokens=self.config.block_size_tokens,
@@ -129,11 +136,17 @@ class TraceCapture:
             stopping = self._stop.wait(self.config.flush_interval_s)
             while self._pending:
                 batch = [self._pending.popleft() for _ in range(min(512, len(self._pending)))]
-                self._write(records, batch)
-            self.files.flush()
+                try:
+                    self._write(records, batch)
+                except Exception:  # a bug, not the disk: count it, keep the worker alive
+                    self.num_failed += len(batch)
+                    logger.exception("capture failed on a batch of %d requests", len(batch))
             if stopping:
                 break
-        self.files.close()
+        try:
+            self.files.close()
+        except OSError as exc:
+            logger.error("capture could not finish its last file: %s", _describe(exc))
 
     def _write(self, records: CaptureRecords, batch: list[CaptureEvent]) -> None:
         callback = self.on_records
@@ -157,5 +170,46 @@ class TraceCapture:
                 written.append(line)
         if written:
             written.append(b"")  # a line end after the last record too
-            self.files.write(b"\n".join(written))
-            self.num_written += len(written) - 1
+            self._append(b"\n".join(written), len(written) - 1)
+
+    def _append(self, data: bytes, num_records: int) -> None:
+        """Write one batch. A failure (disk full, directory removed) loses this batch,
+        counted as failed, and is logged once per outage; the next batch tries a new
+        file, so capture resumes by itself when the cause is fixed."""
+        try:
+            self.files.write(data)
+        except OSError as exc:
+            self.files.abandon()
+            self.num_failed += num_records
+            if not self._writes_failing:
+                logger.error(
+                    "capture cannot write to %s: %s; records are lost (counted in "
+                    'kvroute:capture_records_total{outcome="failed"}) until a write '
+                    "succeeds again",
+                    self.config.directory,
+                    _describe(exc),
+                )
+            self._writes_failing = True
+            return
+        self.num_written += num_records
+        if self._writes_failing:
+            logger.warning("capture writes to %s again", self.config.directory)
+            self._writes_failing = False
+
+
+def check_capture_directory(config: CaptureConfig, source: str | None = None) -> None:
+    """Create the capture directory if missing and check files can be written there.
+    Raises :class:`InputError` at ``source``'s ``capture.directory`` otherwise."""
+    try:
+        check_directory(Path(config.directory).expanduser())
+    except OSError as exc:
+        raise InputError(
+            f"cannot write capture files to {config.directory}: {_describe(exc)}",
+            path=source,
+            field="capture.directory",
+            hint="point it at a directory kvroute can create or write to",
+        ) from None
+
+
+def _describe(exc: OSError) -> str:
+    return exc.strerror or str(exc)

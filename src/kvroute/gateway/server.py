@@ -7,6 +7,9 @@ writes streamed pieces the moment they come (chunked encoding, no buffering, wit
 back-pressure from the socket), and cancels a request's task the moment its client
 goes away, so the upstream request is cancelled too.
 
+Shutdown drains with the listener open (:meth:`HttpServer.shutdown`): probes and load
+balancers keep getting answers while streams in progress finish.
+
 Limits enforced here, before a handler runs: the body size (413 as soon as
 ``Content-Length`` or the received bytes pass it) and malformed HTTP (400).
 Keep-alive follows HTTP/1.1; pipelined requests are answered in order.
@@ -328,6 +331,9 @@ class HttpServer:
         self.connections: set[_Connection] = set()
         self.num_active = 0
         self.draining = False
+        self.drain_started_s: float | None = None
+        """When :meth:`shutdown` began (``time.monotonic``); requests received since
+        then are new work the gateway refuses with 503 while it drains."""
         self._server: asyncio.Server | None = None
         self._id_prefix = uuid.uuid4().hex[:12]
         self._num_requests = 0
@@ -363,18 +369,20 @@ class HttpServer:
 
     def notify_idle(self) -> None:
         if self.num_active == 0:
-            waiters, self._idle_waiters = self._idle_waiters, []
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
+            self.end_drain()
 
     async def shutdown(self, drain_timeout_s: float) -> int:
-        """Stop accepting, close idle connections, let requests in progress (streams
-        too) finish for up to ``drain_timeout_s``, then cut the rest. Returns how many
-        were cut."""
+        """Drain, then close. Returns how many requests were cut.
+
+        The listener stays open while requests in progress (streams too) finish, for
+        up to ``drain_timeout_s``: load balancers and probes still get answers (the
+        handler sees :attr:`draining`: /ready says 503, new completions 503), every
+        answer closes its connection, and idle keep-alive connections are closed
+        now. Then the listener closes and whatever is still running is cut.
+        :meth:`end_drain` ends the wait early.
+        """
         self.draining = True
-        if self._server is not None:
-            self._server.close()
+        self.drain_started_s = time.monotonic()
         for conn in list(self.connections):
             conn.close_if_idle()
         if self.num_active:
@@ -382,9 +390,22 @@ class HttpServer:
             self._idle_waiters.append(fut)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(fut, drain_timeout_s)
+        if self._server is not None:
+            self._server.close()
         cut = self.num_active
         for conn in list(self.connections):
             conn.abort()
         if self._server is not None:
             await self._server.wait_closed()
         return cut
+
+    def arrived_while_draining(self, request: Request) -> bool:
+        """Whether ``request`` came after :meth:`shutdown` began (new work to refuse)."""
+        return self.drain_started_s is not None and request.received_s >= self.drain_started_s
+
+    def end_drain(self) -> None:
+        """Stop waiting for requests in progress: :meth:`shutdown` cuts them now."""
+        waiters, self._idle_waiters = self._idle_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)

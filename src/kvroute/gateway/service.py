@@ -1,8 +1,10 @@
 """Running a gateway until told to stop: signals, reload, graceful drain.
 
 SIGHUP re-reads the config file (a bad file is reported and the running config
-stays); SIGTERM and SIGINT stop accepting, let streams finish for
-``listener.drain_timeout_s``, then exit.
+stays); SIGTERM and SIGINT start the drain: the listener stays open, /ready answers
+503, new completions get 503, requests in progress finish for up to
+``listener.drain_timeout_s``, then the process exits. A second SIGTERM or SIGINT cuts
+the drain short.
 """
 
 from __future__ import annotations
@@ -47,10 +49,26 @@ async def serve_until_signalled(
         loop.add_signal_handler(sig, stop.set)
     if gateway.config_path is not None:
         loop.add_signal_handler(signal.SIGHUP, reload)
+
+    def cut() -> None:
+        if gateway.server is not None:
+            logger.warning("second signal: cutting %d requests now", gateway.server.num_active)
+            gateway.server.end_drain()
+
     try:
         await stop.wait()
+        in_progress = gateway.server.num_active if gateway.server is not None else 0
+        if in_progress:
+            logger.info(
+                "draining: %d requests in progress may finish within %g s "
+                "(/ready answers 503; signal again to stop now)",
+                in_progress,
+                gateway.state.config.listener.drain_timeout_s,
+            )
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, cut)
+        return await gateway.stop()
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             with contextlib.suppress(ValueError, RuntimeError):
                 loop.remove_signal_handler(sig)
-    return await gateway.stop()
