@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import orjson
@@ -127,8 +128,12 @@ def test_run_report_and_compare(cli: CliRunner, tmp_path: Path) -> None:
     )
 
 
-def test_unreachable_endpoint_still_writes_a_result(cli: CliRunner, tmp_path: Path) -> None:
+def test_an_endpoint_that_does_not_answer_is_refused_before_the_run(
+    cli: CliRunner, tmp_path: Path
+) -> None:
     path = tmp_path / "r.json"
+    path.write_text("an earlier result")
+    started = time.monotonic()
     out = run(
         cli,
         "bench",
@@ -138,12 +143,54 @@ def test_unreachable_endpoint_still_writes_a_result(cli: CliRunner, tmp_path: Pa
         "code",
         "-n",
         "3",
-        "--no-overlap-check",
         "--json",
         str(path),
     )
-    assert out.exit_code == 0
-    assert load_result(path).runs[0].summary.errors == {"connect": 3}
+    assert out.exit_code == 5, out.output
+    assert "endpoint dead (http://127.0.0.1:9) does not answer" in out.output
+    assert "hint:" in out.output and "Traceback" not in out.output
+    assert path.read_text() == "an earlier result"  # nothing ran, nothing was replaced
+    assert time.monotonic() - started < 10  # refused up front, not after the workload check
+
+
+def test_a_run_where_no_request_succeeded_exits_1_after_writing(
+    cli: CliRunner, tmp_path: Path
+) -> None:
+    # A server that answers every request with 500 (a fault an engine cannot be made to
+    # produce on demand) next to a healthy one, in a two-step sweep.
+    path, old_html = tmp_path / "r.json", tmp_path / "r.html"
+    old_html.write_text("<html>an earlier run</html>")
+    with fake_upstream() as up:
+        out = run(
+            cli,
+            "bench",
+            "-e",
+            f"good={up.url},model=ok",
+            "-e",
+            f"bad={up.url},model=http500",
+            "-w",
+            "qa",
+            "-n",
+            "3",
+            "--concurrency",
+            "1,2",
+            "--no-overlap-check",
+            "--json",
+            str(path),
+        )
+    assert out.exit_code == 1, out.output
+    line = next(x for x in out.output.splitlines() if x.startswith("error:"))
+    assert f"bad ({up.url}) at concurrency=1: no request succeeded; http_5xx (3 of 3)" in line
+    assert line.startswith("error: 2 runs served no request; bad") and "boom" in line
+    assert f"note: {old_html} is from an earlier run" in out.output
+    result = load_result(path)  # written all the same, every run
+    assert [(r.endpoint.name, r.summary.num_ok) for r in result.runs] == [
+        ("good", 3),
+        ("bad", 0),
+        ("good", 3),
+        ("bad", 0),
+    ]
+    assert not result.interrupted
 
 
 def test_usage_errors_exit_2_with_valid_names(cli: CliRunner) -> None:

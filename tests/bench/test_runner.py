@@ -3,6 +3,7 @@ summary, time bounds kept, schedules honoured, results written and read back."""
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -289,3 +290,25 @@ def test_endpoint_parsing() -> None:
     for bad in ("http://x", "a=ftp://x", "a=http://x:1,colour=red"):
         with pytest.raises(UsageError):
             Endpoint.parse(bad)
+
+
+def test_a_run_gives_the_callers_sigint_handler_back() -> None:
+    # The runner catches Ctrl-C itself while requests are on the wire; afterwards the
+    # caller's own handler must be in place again (not Python's default).
+    def mine(signum: int, frame: object) -> None:
+        raise AssertionError("no SIGINT was sent")
+
+    previous = signal.signal(signal.SIGINT, mine)
+    try:
+        requests = reqs(["ok"] * 2)
+        for workers in (1, 2):
+            result = run_bench(
+                requests,
+                workload_info("t", {}, 0, "none", requests),
+                [Endpoint("dead", "http://127.0.0.1:9")],
+                RunOptions(loads=(ClosedLoop(2),), cache=CacheMode.WARM, workers=workers),
+            )
+            assert result.runs[0].summary.errors == {"connect": 2} and not result.interrupted
+            assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, previous)

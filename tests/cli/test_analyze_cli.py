@@ -126,6 +126,7 @@ def test_missing_tokenizer_exit_4(tmp_path: Path, sample: Path) -> None:
         "analyze", str(sample), "--tokenizer", str(tmp_path / "missing.gguf"), "--workers", "1"
     )
     assert code == 4 and "missing.gguf" in err
+    assert "hint: give a GGUF model file or a Hugging Face tokenizer directory" in err
 
 
 def test_mooncake_trace_needs_no_tokenizer(tmp_path: Path) -> None:

@@ -157,7 +157,13 @@ def test_tokenized_log_with_model_sized_pool(
     ("args", "message"),
     [
         (["--engines", "vllm,trtllm"], "valid: llamacpp, sglang, vllm"),
-        (["--capacity-tokens", "lots"], "cannot read capacity"),
+        (["--capacity-tokens", "lots"], "cannot read --capacity-tokens 'lots'"),
+        (["--capacity-tokens", "80GiB"], "--capacity-tokens counts tokens"),
+        (["--capacity-tokens", "80 GB"], "is a size in bytes"),
+        (["--capacity-tokens", "2.5"], "not a whole number of tokens"),
+        (["--capacity-tokens", "1.0005k"], "not a whole number of tokens"),
+        (["--sweep-sizes", "64k,512B"], "--sweep-sizes counts tokens"),
+        (["--sweep-sizes", "64k,inf"], "--sweep-sizes takes finite token counts, not 'inf'"),
         (["--capacity-tokens", "1k", "--gpu", "h100-80gb"], "--gpu sizes the pool"),
         (["--model", "gpt-9"], "unknown model"),
         (["--sweep-sizes", "0"], "positive sizes"),
@@ -168,6 +174,33 @@ def test_usage_errors(
 ) -> None:
     code, _, err = run(monkeypatch, "simulate", str(mooncake), *args)
     assert code == 2 and message in err
+    assert "Traceback" not in err
+
+
+def test_capacity_hints_show_token_counts_for_token_options(
+    monkeypatch: pytest.MonkeyPatch, mooncake: Path
+) -> None:
+    # The hint of a token option must never suggest a byte size as its value.
+    for args in (["--capacity-tokens", "lots"], ["--sweep-sizes", "lots"]):
+        code, _, err = run(monkeypatch, "simulate", str(mooncake), *args)
+        hint = err.split("hint:", 1)[1]
+        assert code == 2 and "64k" in hint and "GiB" not in hint
+    _, _, err = run(monkeypatch, "simulate", str(mooncake), "--capacity-tokens", "80GiB")
+    assert "--model" in err and "--gpu" in err
+
+
+@pytest.mark.parametrize(
+    ("given", "tokens"), [("65536", 65536), ("64k", 64000), ("64Ki", 65536), ("1.5M", 1500000)]
+)
+def test_capacity_token_counts(
+    monkeypatch: pytest.MonkeyPatch, mooncake: Path, tmp_path: Path, given: str, tokens: int
+) -> None:
+    out = tmp_path / "r.json"
+    code, _, err = run(
+        monkeypatch, "simulate", str(mooncake), "--capacity-tokens", given, "--json", str(out), "-q"
+    )
+    assert code == 0, err
+    assert json.loads(out.read_text())["capacity"]["tokens"] == tokens
 
 
 def test_missing_trace_is_an_input_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -232,3 +232,25 @@ def test_hash_ids_must_be_integers(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         list(read_trace(path))
     assert err.value.field == "hash_ids"
+
+
+@pytest.mark.parametrize(
+    ("header", "field"),
+    [
+        ({"kvroute_trace": 2, "block_size": 4}, "kvroute_trace"),
+        ({"kvroute_trace": True, "block_size": 4}, "kvroute_trace"),
+        ({"kvroute_trace": 1, "block_size": "big"}, "block_size"),
+    ],
+)
+def test_unusable_kvroute_header_is_fatal_even_with_skip_invalid(
+    tmp_path: Path, header: dict[str, object], field: str
+) -> None:
+    # Skipping the header would read the records with the wrong block size / layout.
+    path = write_jsonl(tmp_path / "kt.jsonl", [header, {"input_len": 6, "hashes": [11, 12]}])
+    for skip in (False, True):
+        stats = ReadStats()
+        with pytest.raises(InputError) as err:
+            list(read_trace(path, skip_invalid=skip, stats=stats))
+        assert (err.value.line, err.value.field) == (1, field)
+        assert err.value.hint is not None and "--skip-invalid" not in err.value.hint
+        assert stats.num_read == 0

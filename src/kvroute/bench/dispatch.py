@@ -45,7 +45,10 @@ class Dispatcher:
 
     async def run(self) -> None:
         self._arm()
-        await self._done
+        try:
+            await self._done
+        finally:  # cancelled (Ctrl-C) or failed: a timer still armed must send nothing
+            self._next = len(self._timed)
 
     def _arm(self) -> None:
         if self._next >= len(self._timed):

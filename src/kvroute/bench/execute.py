@@ -1,4 +1,4 @@
-"""Sending a schedule: the dispatch loop, closed-loop users, dependencies, shards.
+"""Sending a schedule: the dispatch loop, closed-loop users, dependencies, Ctrl-C.
 
 One shard is one asyncio loop in one process, sending a subset of the schedule to
 every endpoint of the step at once (one endpoint in a sequential comparison, all of
@@ -10,29 +10,29 @@ the shard, send it, wait for its end and a think time, and repeat.
 
 Nothing runs past ``deadline``: later requests are recorded as not sent and requests
 in flight are cut off (:class:`~kvroute.bench.record.ErrorKind` ``RUN_DEADLINE``).
+Ctrl-C (SIGINT) stops a shard the same way, with ``INTERRUPTED`` for the requests cut
+off, and :class:`Interrupted` carries what was recorded up to then.
 
 Shards split a schedule by dependency chain (a session stays in one shard) and run in
-forked processes when ``workers > 1``, all sharing one ``t0`` on the system-wide
-monotonic clock.
+forked processes when ``workers > 1`` (:mod:`.shards`), all sharing one ``t0`` on the
+system-wide monotonic clock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import multiprocessing
+import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from multiprocessing.connection import Connection
-from typing import Any
 
 from kvroute.bench.client import InFlight, Prepared, Timeouts, begin, send
 from kvroute.bench.dispatch import Dispatcher
 from kvroute.bench.http1 import Target
 from kvroute.bench.pool import ConnectionPool
-from kvroute.bench.record import Outcome, RequestRecord
+from kvroute.bench.record import ErrorKind, Outcome, RequestRecord
 from kvroute.bench.schedule import Slot
 
 clock = time.monotonic
@@ -67,7 +67,7 @@ class ShardPlan:
     """Open loop: poll for the last ``spin_s`` before each send instead of sleeping
     (sub-millisecond send times for CPU; see :class:`~.dispatch.Dispatcher`)."""
     t0: float = 0.0
-    """Set when every shard is ready (:func:`run_sharded`); with it ``deadline`` and
+    """Set when every shard is ready (:func:`~.shards.run_sharded`); with it ``deadline`` and
     ``timeouts.deadline``."""
     deadline: float = 0.0
 
@@ -82,6 +82,17 @@ StartFn = Callable[[], float]
 """Called once a shard is ready to send (connections open); returns the common ``t0``."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run. ``records`` is one list per job (endpoint), as a completed
+    run would give: finished requests as they ended, requests cut off marked
+    ``ErrorKind.INTERRUPTED``, the rest ``NOT_SENT``. Still a KeyboardInterrupt, so a
+    caller that does not look for it stops as on any Ctrl-C."""
+
+    def __init__(self, records: list[list[RequestRecord]]) -> None:
+        super().__init__(records)
+        self.records = records
+
+
 class _EndpointRun:
     """One endpoint's records and connections within a shard."""
 
@@ -92,6 +103,8 @@ class _EndpointRun:
             job.target, clock, max_connections=plan.max_connections, spare=plan.spare
         )
         self.records: dict[int, RequestRecord] = {}
+        self.finished: set[int] = set()
+        """Requests whose record is complete (the rest were cut off if the shard stops)."""
         loop = asyncio.get_running_loop()
         self.ended: dict[int, asyncio.Future[None]] = {i: loop.create_future() for i in waited_on}
 
@@ -110,6 +123,7 @@ class _EndpointRun:
                 t0=plan.t0,
                 timeouts=plan.timeouts,
             )
+        self.finished.add(index)
         fut = self.ended.get(index)
         if fut is not None and not fut.done():
             fut.set_result(None)
@@ -141,10 +155,34 @@ class _EndpointRun:
             timeouts=plan.timeouts,
             started=started,
         )
+        self.finished.add(rec.index)
         fut = self.ended.get(rec.index)
         if fut is not None and not fut.done():
             fut.set_result(None)
         return rec
+
+    def cut_off(self) -> None:
+        """After Ctrl-C: requests on the wire are cut off, requests never written are
+        not sent."""
+        now = clock() - self.plan.t0
+        for index, rec in self.records.items():
+            if index in self.finished:
+                continue
+            if rec.sent_s is None:
+                rec.outcome = Outcome.NOT_SENT
+            else:
+                rec.fail(ErrorKind.INTERRUPTED, "cut off by Ctrl-C", now)
+
+    def all_records(self) -> list[RequestRecord]:
+        """One record per slot, in slot order; slots never reached are not sent."""
+        plan = self.plan
+        for slot in plan.slots:
+            if slot.request_index not in self.records:
+                scheduled = slot.offset_s if slot.offset_s is not None else plan.deadline - plan.t0
+                self.records[slot.request_index] = RequestRecord(
+                    index=slot.request_index, scheduled_s=scheduled, outcome=Outcome.NOT_SENT
+                )
+        return [self.records[s.request_index] for s in plan.slots]
 
     async def after_dependency(self, index: int, earliest_s: float) -> None:
         """Send ``index`` once its dependency has ended (or mark it not sent)."""
@@ -158,6 +196,7 @@ class _EndpointRun:
                 self.records[index] = RequestRecord(
                     index=index, scheduled_s=earliest_s, outcome=Outcome.NOT_SENT
                 )
+                self.finished.add(index)
                 return
         dep_rec = self.records.get(dep)
         dep_end = (
@@ -222,8 +261,24 @@ async def _closed_loop(run: _EndpointRun, plan: ShardPlan) -> None:
 
 
 async def _shard(jobs: Sequence[Job], plan: ShardPlan, start: StartFn) -> list[list[RequestRecord]]:
+    """Send one shard; one list of records per job, in slot order. Raises
+    :class:`Interrupted` (with those lists) on Ctrl-C."""
     waited_on = set(plan.depends_on.values())
     runs = [_EndpointRun(job, plan, waited_on) for job in jobs]
+    work = asyncio.ensure_future(_send_all(runs, plan, start))
+    interrupted = await _until_interrupted(work)
+    out = []
+    for run in runs:
+        if interrupted:
+            run.cut_off()
+        run.pool.close()
+        out.append(run.all_records())
+    if interrupted:
+        raise Interrupted(out)
+    return out
+
+
+async def _send_all(runs: Sequence[_EndpointRun], plan: ShardPlan, start: StartFn) -> None:
     if plan.prewarm:
         await asyncio.gather(*(r.pool.prewarm(plan.prewarm) for r in runs))
     plan = plan.starting_at(start())
@@ -231,30 +286,61 @@ async def _shard(jobs: Sequence[Job], plan: ShardPlan, start: StartFn) -> list[l
         run.plan = plan
     await _sleep_until(plan.t0)
     if plan.users is None:
-        tasks = await _open_loop(runs, plan)
+        tasks = await _open_loop(list(runs), plan)
         if tasks:
             await asyncio.wait(tasks)
     else:
         await asyncio.gather(*(_closed_loop(r, plan) for r in runs))
-    out = []
-    for run in runs:
-        run.pool.close()
-        for slot in plan.slots:
-            if slot.request_index not in run.records:
-                scheduled = slot.offset_s if slot.offset_s is not None else plan.deadline - plan.t0
-                run.records[slot.request_index] = RequestRecord(
-                    index=slot.request_index, scheduled_s=scheduled, outcome=Outcome.NOT_SENT
-                )
-        out.append([run.records[s.request_index] for s in plan.slots])
-    return out
+
+
+async def _until_interrupted(work: asyncio.Future[None]) -> bool:
+    """Wait for ``work``; on SIGINT cancel it and every task it started instead. True
+    when interrupted. Where SIGINT cannot be caught here (not the main thread) or is
+    ignored, just waits. The SIGINT handler in place before is restored on return."""
+    loop = asyncio.get_running_loop()
+    stop: asyncio.Future[None] = loop.create_future()
+
+    def on_sigint() -> None:  # a second SIGINT (terminal and parent) changes nothing
+        if not stop.done():
+            stop.set_result(None)
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        if previous in (signal.SIG_IGN, None):
+            raise ValueError("SIGINT is ignored")
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (ValueError, RuntimeError, NotImplementedError):
+        await work
+        return False
+    try:
+        await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not stop.done():
+            work.result()  # re-raises what the shard raised
+            return False
+        if work.done() and not work.cancelled():
+            work.exception()  # retrieved: the Ctrl-C wins
+        me = asyncio.current_task()
+        while others := [t for t in asyncio.all_tasks() if t is not me and not t.done()]:
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+        return True
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_shard(
-    jobs: Sequence[Job], plan: ShardPlan, *, margin_s: float = 0.02
+    jobs: Sequence[Job],
+    plan: ShardPlan,
+    *,
+    margin_s: float = 0.02,
+    start: StartFn | None = None,
 ) -> list[list[RequestRecord]]:
-    """Send one shard in this process, starting ``margin_s`` after it is ready; one
-    list of records per job, in the shard's slot order."""
-    return asyncio.run(_shard(jobs, plan, lambda: clock() + margin_s))
+    """Send one shard in this process, starting ``margin_s`` after it is ready (or at
+    the ``t0`` that ``start`` returns); one list of records per job, in the shard's
+    slot order. Raises :class:`Interrupted` on Ctrl-C."""
+    return asyncio.run(_shard(jobs, plan, start or (lambda: clock() + margin_s)))
 
 
 @contextmanager
@@ -276,79 +362,3 @@ def quiet_gc() -> Iterator[None]:
         gc.unfreeze()
         if was_enabled:
             gc.enable()
-
-
-def chain_roots(num: int, depends_on: dict[int, int]) -> list[int]:
-    """The first request of each request's dependency chain (itself when it has none)."""
-    roots = list(range(num))
-    for i in range(num):
-        dep = depends_on.get(i)
-        if dep is not None:
-            roots[i] = roots[dep]  # dependencies point backwards: the root is known
-    return roots
-
-
-def split(slots: Sequence[Slot], roots: Sequence[int], num_shards: int) -> list[tuple[Slot, ...]]:
-    """Slots by shard: a whole dependency chain goes to one shard; order is kept."""
-    shards: list[list[Slot]] = [[] for _ in range(num_shards)]
-    for slot in slots:
-        shards[roots[slot.request_index] % num_shards].append(slot)
-    return [tuple(s) for s in shards]
-
-
-def run_sharded(
-    jobs_by_shard: Sequence[Sequence[Job]], plans: Sequence[ShardPlan], *, margin_s: float = 0.02
-) -> list[list[list[RequestRecord]]]:
-    """Run shards, in forked processes when there is more than one.
-
-    Each child opens its connections, says it is ready, and waits for the common
-    ``t0``, which is taken only once every shard is ready: a slow fork on a busy
-    machine delays the start, never the schedule.
-    """
-    if len(plans) == 1:
-        return [run_shard(jobs_by_shard[0], plans[0], margin_s=margin_s)]
-    ctx = multiprocessing.get_context("fork")
-    links, procs = [], []
-    try:
-        for jobs, plan in zip(jobs_by_shard, plans, strict=True):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_child, args=(child, jobs, plan), daemon=True)
-            proc.start()
-            child.close()
-            links.append(parent)
-            procs.append(proc)
-        for link in links:
-            _expect(link, "ready")
-        t0 = clock() + margin_s
-        for link in links:
-            link.send(t0)
-        return [_expect(link, "records") for link in links]
-    finally:
-        for proc in procs:
-            proc.join(5)
-            if proc.is_alive():
-                proc.kill()
-
-
-def _child(link: Connection, jobs: Sequence[Job], plan: ShardPlan) -> None:
-    def start() -> float:
-        link.send("ready")
-        t0: float = link.recv()
-        return t0
-
-    try:
-        link.send(asyncio.run(_shard(jobs, plan, start)))
-    except BaseException as exc:  # reported to the parent, which re-raises it
-        link.send(exc)
-    finally:
-        link.close()
-
-
-def _expect(link: Connection, what: str) -> Any:
-    try:
-        message = link.recv()
-    except EOFError:
-        raise RuntimeError(f"a bench shard process died before sending its {what}") from None
-    if isinstance(message, BaseException):
-        raise message
-    return message

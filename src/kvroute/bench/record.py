@@ -41,6 +41,8 @@ class ErrorKind(enum.Enum):
     TIMEOUT_TOTAL = "timeout_total"
     RUN_DEADLINE = "run_deadline"
     """Still running when the run's time bound came; cut off."""
+    INTERRUPTED = "interrupted"
+    """Still running when the user pressed Ctrl-C; cut off (the run is marked interrupted)."""
 
 
 @dataclass(slots=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 import types
 import typing
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import orjson
 from kvroute.bench.metrics import Stat, Summary
 from kvroute.bench.record import RequestRecord
 from kvroute.errors import InputError
+from kvroute.output_file import write_output
 
 SCHEMA = "kvroute.bench/1"
 
@@ -77,6 +77,9 @@ class Run:
     started_at_unix_s: float
     summary: Summary
     requests: list[RequestRecord]
+    interrupted: bool = False
+    """Stopped by Ctrl-C: requests that had ended are as they ended, those on the wire
+    have error kind ``interrupted``, the rest are not sent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,35 @@ class BenchResult:
     side_by_side: str
     runs: list[Run]
     elapsed_s: float
+    interrupted: bool = False
+    """Stopped by Ctrl-C: ``runs`` holds the runs that finished and the one cut short
+    (marked ``interrupted``); later steps are missing."""
+
+
+def unserved_runs(result: BenchResult) -> list[Run]:
+    """Runs in which the endpoint served no request at all (none ended ok or was
+    cancelled on purpose mid-stream): the run measured nothing about the engine."""
+    return [
+        run
+        for run in result.runs
+        if run.requests
+        and not run.interrupted
+        and run.summary.num_ok + run.summary.num_cancelled == 0
+    ]
+
+
+def unserved_line(run: Run) -> str:
+    """One line for an unserved run: where, and the first fault."""
+    where = f"{run.endpoint.name} ({run.endpoint.url}) at {run.load.label}"
+    first = next((r for r in run.requests if r.error_kind is not None), None)
+    if first is None or first.error_kind is None:
+        return f"{where}: no request succeeded ({run.summary.num_not_sent} not sent)"
+    count = run.summary.errors.get(first.error_kind.value, 0)
+    detail = f": {first.error_detail}" if first.error_detail else ""
+    return (
+        f"{where}: no request succeeded; {first.error_kind.value} "
+        f"({count} of {len(run.requests)}){detail}"
+    )
 
 
 _NOT_WRITTEN = frozenset({"usage_body"})  # raw engine bodies: read into the record's fields
@@ -115,10 +147,9 @@ def result_bytes(result: BenchResult) -> bytes:
 
 
 def write_result(result: BenchResult, path: Path) -> None:
-    """Write atomically: a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.part")
-    tmp.write_bytes(result_bytes(result))
-    os.replace(tmp, path)
+    """Write with :func:`kvroute.output_file.write_output`: a reader never sees half a
+    file, and a link, FIFO or device at ``path`` stays one."""
+    write_output(path, result_bytes(result))
 
 
 def _decode(kind: Any, value: Any, where: str) -> Any:

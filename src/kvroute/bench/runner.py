@@ -33,7 +33,7 @@ import orjson
 from kvroute import __version__
 from kvroute.bench import scrape
 from kvroute.bench.client import Prepared, Timeouts
-from kvroute.bench.execute import Job, ShardPlan, chain_roots, quiet_gc, run_sharded, split
+from kvroute.bench.execute import Interrupted, Job, ShardPlan, quiet_gc
 from kvroute.bench.http1 import Target, request_bytes
 from kvroute.bench.metrics import stat, summarize
 from kvroute.bench.record import RequestRecord
@@ -47,11 +47,24 @@ from kvroute.bench.schedule import (
     Slot,
     build_schedule,
 )
+from kvroute.bench.shards import chain_roots, run_sharded, split
 from kvroute.bench.validate import check_record
 from kvroute.bench.workloads.base import Api, BenchRequest, StructuredKind
 from kvroute.errors import UsageError
 
 Progress = Callable[[str], None]
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_bench`; ``result`` holds what completed (see
+    :attr:`BenchResult.interrupted`). Still a KeyboardInterrupt for callers that only
+    need to stop."""
+
+    def __init__(self, result: BenchResult) -> None:
+        super().__init__(result)
+        self.result = result
+
+
 _START_MARGIN_S = 0.02
 """From every shard ready (connections open) to the first intended send."""
 
@@ -132,8 +145,9 @@ def run_bench(
     *,
     progress: Progress | None = None,
 ) -> BenchResult:
-    """Run every step and repeat against every endpoint; always returns a result (faults
-    are in the records)."""
+    """Run every step and repeat against every endpoint; returns a result whatever the
+    endpoints do (faults are in the records). On Ctrl-C raises :class:`BenchInterrupted`
+    with the runs completed so far and the one cut short."""
     if not endpoints:
         raise UsageError("no endpoint to benchmark", hint="pass --endpoint name=http://host:port")
     if len({e.name for e in endpoints}) != len(endpoints):
@@ -141,29 +155,8 @@ def run_bench(
     if any(r.index != i for i, r in enumerate(requests)):
         raise UsageError("requests must be numbered 0..n-1 in order")
     started = time.perf_counter()
-    runs: list[Run] = []
-    for step, load in enumerate(options.loads):
-        for repeat in range(options.repeats):
-            schedule = build_schedule(
-                requests,
-                load,
-                np.random.default_rng([options.seed, step, repeat]),
-                cancel=options.cancel,
-            )
-            groups = (
-                [[e] for e in endpoints]
-                if options.side_by_side is SideBySide.SEQUENTIAL
-                else [list(endpoints)]
-            )
-            for group in groups:
-                if progress is not None:
-                    names = ", ".join(e.name for e in group)
-                    progress(
-                        f"{names}: {load.label}"
-                        + (f" (repeat {repeat + 1})" if options.repeats > 1 else "")
-                    )
-                runs += _run_group(requests, schedule, group, options, step, repeat)
-    return BenchResult(
+    runs, interrupted = _run_steps(requests, endpoints, options, progress)
+    result = BenchResult(
         schema=SCHEMA,
         created_at_unix_s=time.time(),
         kvroute_version=__version__,
@@ -172,7 +165,50 @@ def run_bench(
         side_by_side=options.side_by_side.value,
         runs=runs,
         elapsed_s=time.perf_counter() - started,
+        interrupted=interrupted,
     )
+    if interrupted:
+        raise BenchInterrupted(result)
+    return result
+
+
+def _run_steps(
+    requests: Sequence[BenchRequest],
+    endpoints: Sequence[Endpoint],
+    options: RunOptions,
+    progress: Progress | None,
+) -> tuple[list[Run], bool]:
+    """Every step, repeat and endpoint group in order; the runs, and whether Ctrl-C
+    stopped them (the cut run is included, later ones are not)."""
+    runs: list[Run] = []
+    groups = (
+        [[e] for e in endpoints]
+        if options.side_by_side is SideBySide.SEQUENTIAL
+        else [list(endpoints)]
+    )
+    try:
+        for step, load in enumerate(options.loads):
+            for repeat in range(options.repeats):
+                schedule = build_schedule(
+                    requests,
+                    load,
+                    np.random.default_rng([options.seed, step, repeat]),
+                    cancel=options.cancel,
+                )
+                for group in groups:
+                    if progress is not None:
+                        names = ", ".join(e.name for e in group)
+                        progress(
+                            f"{names}: {load.label}"
+                            + (f" (repeat {repeat + 1})" if options.repeats > 1 else "")
+                        )
+                    group_runs = _run_group(requests, schedule, group, options, step, repeat)
+                    runs += group_runs
+                    if any(r.interrupted for r in group_runs):
+                        return runs, True
+    except KeyboardInterrupt:  # between sends: preparing a run, reading counters back
+        return runs, True
+    return runs, False
 
 
 def _run_group(
@@ -210,8 +246,17 @@ def _run_group(
         }
         jobs.append((target, prepared))
     started_unix = time.time()
-    per_endpoint = _execute(requests, schedule, jobs, options)
-    asyncio.run(_finish(endpoints, states, per_endpoint))
+    try:
+        per_endpoint, interrupted = _execute(requests, schedule, jobs, options), False
+    except Interrupted as exc:
+        per_endpoint, interrupted = exc.records, True
+    try:
+        asyncio.run(_finish(endpoints, states, per_endpoint))
+    except KeyboardInterrupt:  # Ctrl-C again: keep the records without the engine's counters
+        interrupted = True
+        for state in states:
+            state.delta = None
+            state.notes.append("interrupted before the engine's counters were read back")
     runs = []
     for endpoint, state, records in zip(endpoints, states, per_endpoint, strict=True):
         for rec in records:
@@ -227,7 +272,16 @@ def _run_group(
         )
         summary = summarize(records, slo=options.slo, engine_cache=state.delta)
         runs.append(
-            Run(info, step, repeat, load_info(schedule.load), started_unix, summary, records)
+            Run(
+                info,
+                step,
+                repeat,
+                load_info(schedule.load),
+                started_unix,
+                summary,
+                records,
+                interrupted,
+            )
         )
     return runs
 
@@ -247,7 +301,10 @@ def _execute(
     )
     shards = split(schedule.slots, chain_roots(len(requests), depends), num_shards)
     with quiet_gc():
-        return _send_shards(jobs, shards, depends, thinks, closed, num_shards, options)
+        try:
+            return _send_shards(jobs, shards, depends, thinks, closed, num_shards, options)
+        except Interrupted as exc:
+            raise Interrupted([sorted(r, key=lambda r: r.index) for r in exc.records]) from None
 
 
 def _send_shards(

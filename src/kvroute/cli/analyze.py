@@ -8,12 +8,11 @@ from pathlib import Path
 
 import click
 import orjson
-from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
-from kvroute.cli.files import write_atomic
-from kvroute.errors import UsageError
+from kvroute.cli.console import make_console
+from kvroute.cli.files import STDOUT, check_outputs, emit, write_errors, writes_stdout
 from kvroute.trace.formats.base import ReadOptions
 from kvroute.trace.io import ReadStats
 from kvroute.trace.readers import detect_format, read_trace, trace_formats
@@ -104,7 +103,8 @@ def analyze_cmd(
       shared prefixes   the prefixes that save the most prefill
       reuse distance    ideal LRU hit ratio vs KV cache capacity
     """
-    console = Console(stderr=json_path == Path("-"))
+    check_outputs({"--json": json_path, "--html": html_path}, inputs=[trace])
+    console = make_console(stderr=writes_stdout(json_path, html_path))
     fmt_name = format_name or detect_format(trace)
     stats = ReadStats()
     requests = read_trace(
@@ -168,24 +168,31 @@ def analyze_cmd(
             )
     if json_path is not None:
         data = orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
-        if json_path == Path("-"):
-            click.echo(data.decode(), nl=False)
-        else:
-            write_atomic(json_path, data)
-            if not quiet:
-                console.print(f"wrote {json_path}")
+        emit(json_path, data)
+        if json_path != STDOUT and not quiet:
+            console.print(f"wrote {json_path}")
     if html_path is not None:
         from kvroute.report.analyze_page import write_analysis_page
 
-        write_analysis_page(result, html_path)
+        with write_errors(html_path):
+            write_analysis_page(result, html_path)
         if not quiet:
             console.print(f"wrote {html_path}")
 
 
 @click.command("sample")
 @click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("-n", "--num-requests", type=click.IntRange(min=1), default=600, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "-n",
+    "--num-requests",
+    type=click.IntRange(min=1),
+    default=600,
+    show_default=True,
+    help="Requests in the sample log.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the sample's traffic."
+)
 @click.option(
     "--rate",
     "rate_per_s",
@@ -195,14 +202,17 @@ def analyze_cmd(
     help="Mean arrivals per second (Poisson).",
 )
 def sample_cmd(out: Path, num_requests: int, seed: int, rate_per_s: float) -> None:
-    """Write a deterministic sample OpenAI request log to OUT (agent sessions with
-    tools, RAG, one-off questions, code completion), to try analyze without data."""
+    """Write a deterministic sample OpenAI request log to OUT ('-' for stdout): agent
+    sessions with tools, RAG, one-off questions, code completion, to try analyze
+    without data."""
     from kvroute.trace.synthetic import sample_log
 
-    if out.exists() and out.is_dir():
-        raise UsageError(f"{out} is a directory", hint="give a file name such as sample.jsonl")
+    check_outputs({"OUT": out})
     data = b"".join(
         orjson.dumps(r) + b"\n" for r in sample_log(num_requests, seed=seed, rate_per_s=rate_per_s)
     )
-    write_atomic(out, data)
-    click.echo(f"wrote {num_requests:,} requests to {out}")
+    emit(out, data)
+    click.echo(
+        f"wrote {num_requests:,} requests to {'stdout' if out == STDOUT else out}",
+        err=writes_stdout(out),
+    )

@@ -6,12 +6,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 
-from kvroute.cli.files import parse_pairs
-from kvroute.errors import UsageError
+from kvroute.cli.console import make_console
+from kvroute.cli.files import STDOUT, check_outputs, emit, parse_pairs, write_errors
+from kvroute.errors import KvrouteError, UsageError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from kvroute.bench.result import BenchResult
     from kvroute.bench.schedule import CancelSpec, Load
 
 
@@ -177,7 +180,7 @@ def _loads(
     type=click.Path(path_type=Path, dir_okay=False),
     default=Path("bench.json"),
     show_default=True,
-    help="Where to write the result (schema kvroute.bench/1).",
+    help="Where to write the result (schema kvroute.bench/1); '-' for stdout.",
 )
 @click.option(
     "--html",
@@ -234,9 +237,10 @@ def bench_group(
         return
     from kvroute.bench.export import analyze_workload
     from kvroute.bench.metrics import Slo
-    from kvroute.bench.result import write_result
+    from kvroute.bench.preflight import check_endpoints
+    from kvroute.bench.result import result_bytes
     from kvroute.bench.run_options import Endpoint, RunOptions, SideBySide
-    from kvroute.bench.runner import run_bench, workload_info
+    from kvroute.bench.runner import BenchInterrupted, run_bench, workload_info
     from kvroute.bench.scrape import CacheMode
     from kvroute.bench.workloads.registry import generate
     from kvroute.report.bench_console import render_result
@@ -247,6 +251,7 @@ def bench_group(
             "no endpoint given", hint="pass -e name=http://127.0.0.1:8080 (repeat to compare)"
         )
     parsed = [Endpoint.parse(e) for e in endpoints]
+    check_outputs({"--json": json_path, "--html": html_path})
     options = RunOptions(
         loads=_loads(rate, concurrency, trace_times, arrival, burstiness, ramp_up, think),
         cache=CacheMode(cache_mode),
@@ -263,12 +268,13 @@ def bench_group(
         seed=seed,
         repeats=repeats,
     )
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     tok = load_tokenizer(tokenizer)
     param_map = parse_pairs(params, "--param")
     requests = generate(workload, num_requests, tok, seed=seed, params=param_map)
     if not requests:
         raise UsageError(f"workload {workload} produced no request")
+    check_endpoints(parsed)  # before the overlap check and the run, which take a while
     overlap = (
         None if no_overlap_check else analyze_workload(requests, tok, tokenizer).overlap.hit_ratio
     )
@@ -278,17 +284,54 @@ def bench_group(
         if not quiet:
             console.print(f"[dim]running {line}[/]")
 
-    result = run_bench(requests, info, parsed, options, progress=progress)
-    write_result(result, json_path)
+    try:
+        result = run_bench(requests, info, parsed, options, progress=progress)
+    except BenchInterrupted as stop:
+        result = stop.result  # written below like any result, then exit 130
+    emit(json_path, result_bytes(result))
     if not quiet:
         render_result(result, console)
-        console.print(f"wrote {json_path}")
+        if json_path != STDOUT:
+            console.print(f"wrote {json_path}")
     if html_path is not None:
         from kvroute.report.bench_page import write_bench_page
 
-        write_bench_page(result, html_path)
+        with write_errors(html_path):
+            write_bench_page(result, html_path)
         if not quiet:
             console.print(f"wrote {html_path}")
+    _after_writing(result, json_path, html_path, console)
+
+
+def _after_writing(
+    result: BenchResult, json_path: Path, html_path: Path | None, console: Console
+) -> None:
+    """Once the outputs are written: warn of an older HTML report beside the JSON, and
+    exit 130 for Ctrl-C or 1 when some run had no request served."""
+    from kvroute.bench.result import unserved_line, unserved_runs
+
+    beside = json_path.with_suffix(".html")
+    if html_path is None and json_path.suffix == ".json" and beside.is_file():
+        console.print(
+            f"note: {beside} is from an earlier run, not this one (add --html {beside} "
+            "to rewrite it with the JSON)"
+        )
+    if result.interrupted:
+        num_cut = sum(1 for r in result.runs if r.interrupted)
+        cut = f' and {num_cut} cut short, marked "interrupted": true' if num_cut else ""
+        console.print(
+            f"Ctrl-C: the result holds the {len(result.runs) - num_cut} finished run(s){cut} "
+            "(docs/bench.md, Results)"
+        )
+        raise KeyboardInterrupt
+    unserved = unserved_runs(result)
+    if unserved:
+        first = unserved_line(unserved[0])
+        raise KvrouteError(
+            first if len(unserved) == 1 else f"{len(unserved)} runs served no request; {first}",
+            hint="its results were written all the same; check the endpoint and the "
+            "requests' error_detail",
+        )
 
 
 def _add_tools() -> None:

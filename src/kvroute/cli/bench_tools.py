@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 import orjson
-from rich.console import Console
 
-from kvroute.cli.files import parse_pairs, write_atomic
+from kvroute.cli.console import make_console
+from kvroute.cli.files import check_outputs, emit, parse_pairs, write_errors
 
 
 @click.command("compare")
@@ -37,15 +37,17 @@ def compare_cmd(
     from kvroute.bench.result import load_result
     from kvroute.report.bench_console import render_comparison
 
+    check_outputs({"--json": json_path, "--html": html_path}, inputs=[a, b])
     ra, rb = load_result(a), load_result(b)
     pairs = compare(ra, rb, seed=seed)
-    render_comparison(pairs, Console())
+    render_comparison(pairs, make_console())
     if json_path is not None:
-        write_atomic(json_path, orjson.dumps(pairs, option=orjson.OPT_INDENT_2) + b"\n")
+        emit(json_path, orjson.dumps(pairs, option=orjson.OPT_INDENT_2) + b"\n")
     if html_path is not None:
         from kvroute.report.bench_page import write_compare_page
 
-        write_compare_page(ra, rb, pairs, html_path)
+        with write_errors(html_path):
+            write_compare_page(ra, rb, pairs, html_path)
 
 
 @click.command("workloads")
@@ -96,6 +98,7 @@ def generate_cmd(
     from kvroute.bench.workloads.registry import generate
     from kvroute.trace.tokenizer import load_tokenizer
 
+    check_outputs({"OUT": out})
     requests = generate(
         workload,
         num_requests,
@@ -103,7 +106,7 @@ def generate_cmd(
         seed=seed,
         params=parse_pairs(params, "--param"),
     )
-    write_atomic(out, b"".join(orjson.dumps(r) + b"\n" for r in log_records(requests, model=model)))
+    emit(out, b"".join(orjson.dumps(r) + b"\n" for r in log_records(requests, model=model)))
     click.echo(f"wrote {len(requests):,} requests to {out}")
 
 
@@ -121,9 +124,11 @@ def report_cmd(result: Path, html_path: Path | None, wide: bool) -> None:
     from kvroute.bench.result import load_result
     from kvroute.report.bench_console import render_result
 
+    check_outputs({"--html": html_path}, inputs=[result])
     loaded = load_result(result)
-    render_result(loaded, Console(), wide=wide)
+    render_result(loaded, make_console(), wide=wide)
     if html_path is not None:
         from kvroute.report.bench_page import write_bench_page
 
-        write_bench_page(loaded, html_path)
+        with write_errors(html_path):
+            write_bench_page(loaded, html_path)

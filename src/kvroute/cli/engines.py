@@ -15,10 +15,10 @@ from typing import TypeVar
 
 import click
 import httpx
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from kvroute.cli.console import make_console
 from kvroute.engines.launch import LaunchOptions
 from kvroute.engines.local import EngineState, LocalEngines, StartProgress, tail_log
 from kvroute.engines.process import StopOutcome
@@ -128,7 +128,7 @@ def up_command(
         model_path=model_path,
         vllm_enforce_eager=enforce_eager,
     )
-    err = Console(stderr=True)
+    err = make_console(stderr=True)
 
     async def run() -> list[EngineRecord]:
         async with httpx.AsyncClient() as client:
@@ -148,7 +148,7 @@ def up_command(
 
     records = asyncio.run(run())
     err.print(f"[green]{len(records)} {engine} replica(s) ready[/green]")
-    out = Console(highlight=False, soft_wrap=True)
+    out = make_console(highlight=False, soft_wrap=True)
     for record in records:
         out.print(f"{record.name}  {record.base_url}  (pid {record.pid}, log {record.log_path})")
     out.print()
@@ -184,7 +184,7 @@ def status_command(engine: str | None, state_dir: Path | None) -> None:
             return table
 
     table = asyncio.run(run())
-    console = Console()
+    console = make_console()
     if table.row_count == 0:
         console.print("no engines recorded")
     else:
@@ -203,7 +203,7 @@ def down_command(engine: str | None, state_dir: Path | None) -> None:
             return [(r.record, r.outcome) for r in results]
 
     results = asyncio.run(run())
-    console = Console(highlight=False)
+    console = make_console(highlight=False)
     if not results:
         console.print("no engines recorded")
     for record, outcome in results:
@@ -227,7 +227,7 @@ def logs_command(engine: str | None, port: int | None, lines: int, state_dir: Pa
         for r in StateDir(state_dir or default_state_dir()).records()
         if (engine is None or r.engine == engine) and (port is None or r.port == port)
     ]
-    console = Console(highlight=False)
+    console = make_console(highlight=False)
     if not records:
         console.print("no engines recorded")
     for record in records:

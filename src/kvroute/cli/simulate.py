@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from kvroute.cache import native
 from kvroute.cache.capacity import capacity_from_tokens
@@ -22,6 +21,8 @@ from kvroute.cache.sglang import SchedulePolicy, SglangConfig
 from kvroute.cache.simulate import SimulateOptions, simulate
 from kvroute.cache.timing import TimingOptions
 from kvroute.cache.vllm import VllmConfig
+from kvroute.cli.console import make_console
+from kvroute.cli.files import check_outputs, writes_stdout
 from kvroute.cli.simulate_capacity import parse_engines, parse_sizes, resolve_capacity
 from kvroute.cli.simulate_options import simulate_options
 from kvroute.cli.simulate_output import write_outputs
@@ -102,7 +103,8 @@ def simulate_cmd(
     /metrics, replays its model with the engine's own settings over that run and reports
     predicted vs measured (docs/simulate-json.md, "validation").
     """
-    console = Console(stderr=json_path == Path("-"), quiet=quiet)
+    check_outputs({"--json": json_path, "--html": html_path}, inputs=[trace])
+    console = make_console(stderr=writes_stdout(json_path, html_path), quiet=quiet)
     if validate_url is not None or validate_engine is not None:
         if validate_url is None or validate_engine is None:
             raise UsageError("--validate URL and --engine go together")

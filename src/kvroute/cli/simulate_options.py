@@ -70,7 +70,11 @@ _PARAMS = (
         help="Share of GPU memory the engine may use (vLLM --gpu-memory-utilization).",
     ),
     click.option(
-        "--kv-dtype", type=click.Choice(list(KV_DTYPE_BYTES)), default="auto", show_default=True
+        "--kv-dtype",
+        type=click.Choice(list(KV_DTYPE_BYTES)),
+        default="auto",
+        show_default=True,
+        help="KV cache element type, as the engine's --kv-cache-dtype (auto: the model's).",
     ),
     click.option(
         "--weights-gib", type=click.FloatRange(min=0), help="Override the model's weight size."
@@ -89,7 +93,13 @@ _PARAMS = (
         "--sweep-sizes",
         help="Capacities for the sweep, e.g. 64k,256k,1M (implies --sweep-capacity).",
     ),
-    click.option("--vllm-block-size", type=click.IntRange(min=1), default=16, show_default=True),
+    click.option(
+        "--vllm-block-size",
+        type=click.IntRange(min=1),
+        default=16,
+        show_default=True,
+        help="vLLM tokens per KV block (--block-size): only whole blocks are reused.",
+    ),
     click.option(
         "--max-num-seqs",
         type=click.IntRange(min=1),
@@ -97,18 +107,26 @@ _PARAMS = (
         show_default=True,
         help="vLLM running requests at most.",
     ),
-    click.option("--sglang-page-size", type=click.IntRange(min=1), default=1, show_default=True),
+    click.option(
+        "--sglang-page-size",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        help="SGLang tokens per radix-cache page (--page-size; 1: token-level reuse).",
+    ),
     click.option(
         "--sglang-eviction",
         type=click.Choice([p.value for p in EvictionPolicy]),
         default="lru",
         show_default=True,
+        help="SGLang radix-cache eviction policy (--radix-eviction-policy).",
     ),
     click.option(
         "--sglang-schedule",
         type=click.Choice([p.value for p in SchedulePolicy]),
         default="fcfs",
         show_default=True,
+        help="SGLang scheduling policy (--schedule-policy; lpm: longest cached prefix first).",
     ),
     click.option(
         "--max-running-requests",
@@ -129,7 +147,12 @@ _PARAMS = (
         help="llama.cpp unified KV buffer.",
     ),
     click.option(
-        "--slot-prompt-similarity", type=click.FloatRange(0.0, 1.0), default=0.1, show_default=True
+        "--slot-prompt-similarity",
+        type=click.FloatRange(0.0, 1.0),
+        default=0.1,
+        show_default=True,
+        help="llama.cpp: least share of a prompt a slot must already hold to be picked by "
+        "similarity (else least recently used).",
     ),
     click.option(
         "--cache-reuse",
@@ -145,7 +168,13 @@ _PARAMS = (
         show_default=True,
         help="llama.cpp host prompt cache, MiB (-1: n_ctx tokens, 0: off).",
     ),
-    click.option("--cache-idle-slots/--no-cache-idle-slots", default=True, show_default=True),
+    click.option(
+        "--cache-idle-slots/--no-cache-idle-slots",
+        default=True,
+        show_default=True,
+        help="llama.cpp: after each launch, save every idle slot to the host prompt cache "
+        "(--cache-ram) and, with a unified KV buffer, clear it.",
+    ),
     click.option(
         "--rate",
         "rate_per_s",
@@ -184,7 +213,13 @@ _PARAMS = (
         help="Do not cache generated tokens (compare with the prompt-only ideal).",
     ),
     click.option("--no-ideal", is_flag=True, help="Skip the ideal-cache analysis."),
-    click.option("--seed", type=int, default=0, show_default=True),
+    click.option(
+        "--seed",
+        type=int,
+        default=0,
+        show_default=True,
+        help="Seed of drawn output lengths and of --rate arrivals.",
+    ),
     click.option(
         "--json",
         "json_path",

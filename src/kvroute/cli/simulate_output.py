@@ -5,12 +5,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import click
 import orjson
 from rich.console import Console
 
 from kvroute.cache.result import SimulationResult
-from kvroute.cli.files import write_atomic
+from kvroute.cli.files import STDOUT, emit, write_errors
 from kvroute.validate.result import ValidationResult
 
 
@@ -34,15 +33,14 @@ def write_outputs(
             render_validation(validation, console)
     if json_path is not None:
         data = to_json(result, validation)
-        if json_path == Path("-"):
-            click.echo(data.decode(), nl=False)
-        else:
-            write_atomic(json_path, data)
+        emit(json_path, data)
+        if json_path != STDOUT:
             console.print(f"wrote {json_path}")
     if html_path is not None:
         from kvroute.report.simulate_page import write_simulation_page
 
-        write_simulation_page(result, html_path, validation=validation)
+        with write_errors(html_path):
+            write_simulation_page(result, html_path, validation=validation)
         console.print(f"wrote {html_path}")
 
 

@@ -10,17 +10,15 @@ the model is HTML-escaped, except :attr:`Chart.svg`, which is trusted markup pro
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 from kvroute import __version__
+from kvroute.output_file import write_output
 from kvroute.report.escape import escape
 from kvroute.report.style import STYLESHEET
 
@@ -295,25 +293,11 @@ def render_page(page: Page) -> str:
 
 
 def write_page(page: Page, path: str | os.PathLike[str]) -> None:
-    """Render ``page`` and write it to ``path`` atomically.
+    """Render ``page`` and write it to ``path`` with
+    :func:`kvroute.output_file.write_output`.
 
-    The page is rendered before any file is touched, then written to a temporary file in
-    the same directory and moved over ``path`` with :func:`os.replace`, so ``path`` holds
-    either its old content or the complete new page, never a partial one. An existing
-    file's permission bits are kept; a new file gets 0o644.
+    The page is rendered before any file is touched; ``path`` then holds either its old
+    content or the complete new page, never a partial one, and keeps its permission bits
+    (a new file gets 0o644). A link, FIFO or device at ``path`` stays one.
     """
-    document = render_page(page)
-    target = Path(path)
-    mode = target.stat().st_mode & 0o777 if target.exists() else 0o644
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as tmp:
-            tmp.write(document)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.chmod(tmp_name, mode)
-        os.replace(tmp_name, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
+    write_output(path, render_page(page).encode("utf-8"))

@@ -3,7 +3,8 @@
 ``read_trace`` is the one entry point: it streams :class:`Request` objects from a file
 in any registered format, detected from the first record unless forced. A malformed
 record raises :class:`~kvroute.errors.InputError` naming file, line and field, or is
-counted and skipped when ``skip_invalid`` is set.
+counted and skipped when ``skip_invalid`` is set; a header line that cannot be used
+(an unsupported version) always raises, since every record depends on it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from kvroute.errors import EmptyTraceError, InputError
 from kvroute.registry import Registry
 from kvroute.trace.formats.base import Container, ReadOptions, RecordError, TraceFormat
 from kvroute.trace.formats.mooncake import MooncakeFormat
-from kvroute.trace.formats.native import NativeFormat
+from kvroute.trace.formats.native import HeaderError, NativeFormat
 from kvroute.trace.formats.openai_log import OpenAILogFormat
 from kvroute.trace.formats.sharegpt import ShareGPTFormat
 from kvroute.trace.io import ReadStats, head_text, iter_json_array, iter_json_lines
@@ -118,6 +119,9 @@ def read_trace(
             requests = fmt.parse(rec, index, line_no, opts)
         except RecordError as exc:
             err = InputError(exc.message, path=str(path), line=line_no, field=exc.field)
+            if isinstance(exc, HeaderError):  # fatal: the records depend on the header
+                err.hint = exc.hint
+                raise err from None
             if not skip_invalid:
                 err.hint = "fix the record or pass --skip-invalid to count and skip such records"
                 raise err from None

@@ -194,7 +194,12 @@ def load_tokenizer(source: str | Path | None = None) -> ChatTokenizer:
     """
     path = default_model_path() if source is None else Path(source).expanduser()
     if not path.exists():
-        hint = INSTALL_HINT if source is None else None
+        hint = (
+            INSTALL_HINT
+            if source is None
+            else "give a GGUF model file or a Hugging Face tokenizer directory (with "
+            "tokenizer.json), or leave the tokenizer out for the default model"
+        )
         raise TokenizerError(f"tokenizer source not found: {path}", hint=hint)
     if path.is_dir():
         return _from_hf_dir(path)

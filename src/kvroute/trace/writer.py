@@ -1,15 +1,14 @@
 """Writing kvroute trace JSONL (:mod:`kvroute.trace.formats.native`).
 
 Prompts are stored as chained block hashes only, never as text, so a trace can be
-shared without the prompts it came from. Files are written to a temporary name and
-renamed on close: a reader never sees half a file, and an existing trace is never
-left corrupted by a failed write.
+shared without the prompts it came from. Files are written through
+:func:`kvroute.output_file.open_output`: a reader never sees half a file, an existing
+trace is never left corrupted by a failed write, and a link, FIFO or device stays one.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -18,6 +17,7 @@ import numpy as np
 import orjson
 
 from kvroute.errors import InputError
+from kvroute.output_file import open_output
 from kvroute.trace.formats.native import HEADER_KEY, SCHEMA_VERSION
 from kvroute.trace.hashing import DEFAULT_SEED, HASH_SCHEME, chain_hashes, extend_chain
 from kvroute.trace.records import BlockPrompt, Request, StructuredOutput, TokenPrompt
@@ -51,15 +51,12 @@ class TraceWriter:
         self.block_size_tokens = block_size_tokens
         self.seed = seed
         self.num_written = 0
-        self._tmp_name = ""
+        self._output: AbstractContextManager[IO[bytes]] | None = None
         self._file: IO[bytes] | None = None
 
     def __enter__(self) -> TraceWriter:
-        directory = self.path.parent if str(self.path.parent) else Path(".")
-        fd, self._tmp_name = tempfile.mkstemp(
-            prefix=f".{self.path.name}.", suffix=".part", dir=directory
-        )
-        self._file = os.fdopen(fd, "wb")
+        self._output = open_output(self.path)
+        self._file = self._output.__enter__()
         header = {
             HEADER_KEY: SCHEMA_VERSION,
             "block_size": self.block_size_tokens,
@@ -110,9 +107,6 @@ class TraceWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._file is not None
-        self._file.close()
-        if exc_type is None:
-            os.replace(self._tmp_name, self.path)
-        else:
-            os.unlink(self._tmp_name)
+        assert self._output is not None
+        self._output.__exit__(exc_type, exc, tb)
+        self._output = self._file = None

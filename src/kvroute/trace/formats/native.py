@@ -35,6 +35,16 @@ SCHEMA_VERSION = 1
 HEADER_KEY = "kvroute_trace"
 
 
+class HeaderError(RecordError):
+    """The header line cannot be used. Every record after it is read with the header's
+    settings (block size, layout version), so a reader must stop here whatever its
+    skip policy: skipping it would read the records with the wrong settings."""
+
+    def __init__(self, message: str, field: str | None, hint: str) -> None:
+        super().__init__(message, field)
+        self.hint = hint
+
+
 class NativeFormat:
     name = "kvroute"
     description = (
@@ -51,14 +61,7 @@ class NativeFormat:
     def parse(self, record: Any, index: int, line: int, options: ReadOptions) -> list[Request]:
         obj = require_dict(record)
         if HEADER_KEY in obj:
-            version = obj[HEADER_KEY]
-            if version != SCHEMA_VERSION:
-                raise RecordError(
-                    f"unsupported schema version {version!r} (this kvroute reads {SCHEMA_VERSION})",
-                    HEADER_KEY,
-                )
-            bs = opt_int(obj, "block_size", minimum=1)
-            self._block_size = bs or 16
+            self._block_size = _header_block_size(obj)
             return []
         block_size = options.block_size_tokens or self._block_size
         raw = obj.get("hashes")
@@ -103,3 +106,22 @@ class NativeFormat:
                 source_line=line,
             )
         ]
+
+
+def _header_block_size(header: dict[str, Any]) -> int:
+    """The header's block size, after checking its version; raises :class:`HeaderError`."""
+    version = header[HEADER_KEY]
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        raise HeaderError(
+            f"unsupported trace version {version!r} (this kvroute reads version {SCHEMA_VERSION})",
+            HEADER_KEY,
+            hint="it was written by another kvroute release: read it with that release or a newer one",
+        )
+    try:
+        return opt_int(header, "block_size", minimum=1) or 16
+    except RecordError as exc:
+        raise HeaderError(
+            f"header: {exc.message}",
+            exc.field,
+            hint='fix the header line, e.g. {"kvroute_trace": 1, "block_size": 16}',
+        ) from None
