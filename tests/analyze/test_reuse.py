@@ -40,7 +40,7 @@ def test_hit_curve_matches_an_lru_simulation() -> None:
     rng = np.random.default_rng(1)
     keys = (rng.zipf(1.3, size=3000) % 400).astype(np.uint64)
     tracker = ReuseTracker(1)
-    tracker.add_chunk(keys, np.ones(len(keys)), np.full(len(keys), np.nan), len(keys))
+    tracker.add_chunk(keys, np.full(len(keys), np.nan), len(keys))
     caps = [1, 4, 16, 64, 256]
     result = tracker.finish(caps)
     assert result.sample_rate == 1.0
@@ -54,12 +54,13 @@ def test_sampling_keeps_the_curve_close() -> None:
     stream = mixed[rng.integers(0, 20_000, size=60_000)]  # reuse spread over many blocks
     exact, sampled = ReuseTracker(16), ReuseTracker(16, max_samples=8_000)
     for chunk in np.array_split(stream, 30):  # several chunks, so the sample rate adapts
-        ones, nan = np.full(len(chunk), 16.0), np.full(len(chunk), np.nan)
-        exact.add_chunk(chunk, ones, nan, 16 * len(chunk))
-        sampled.add_chunk(chunk, ones, nan, 16 * len(chunk))
+        nan = np.full(len(chunk), np.nan)
+        exact.add_chunk(chunk, nan, 16 * len(chunk))
+        sampled.add_chunk(chunk, nan, 16 * len(chunk))
     caps = [1_024, 16_384, 131_072]
     e = exact.finish(caps)
     s = sampled.finish(caps, e.infinite_hit_ratio)
     assert s.sample_rate < 0.25 and s.num_sampled_accesses <= 8_000
+    assert s.infinite_hit_ratio == e.infinite_hit_ratio  # the level is the exact one
     for a, b in zip(e.hit_ratio, s.hit_ratio, strict=True):
         assert abs(a - b) < 0.02

@@ -152,16 +152,20 @@ def add_token_chunk(chunk: list[Request], acc: Accumulators) -> None:
     arrivals = acc.cols.add_chunk(chunk, lengths, lcp, block_lcp)
     per_block = np.diff(block_offsets)
     acc.reuse.add_chunk(
-        hashes,
-        np.full(hashes.shape[0], float(bs)),
-        np.repeat(np.array(arrivals, dtype=np.float64), per_block),
-        int(offsets[-1]),
+        hashes, np.repeat(np.array(arrivals, dtype=np.float64), per_block), int(offsets[-1])
     )
 
 
 def add_block_chunk(chunk: list[Request], acc: Accumulators) -> None:
     """Feed a chunk of block-hash prompts to ``acc`` (mutates it). Raises ``InputError``
-    on another kind of prompt or a block size other than the trace's."""
+    on another kind of prompt or a block size other than the trace's.
+
+    A prompt's partial last block has a hash too, which matches only when the whole
+    prompt repeats an earlier one; it then saves its own tokens, counted like a token
+    trace's reuse past the last whole block (``lcp``, groups, pairs). The whole-block
+    figures (``block_lcp``, sessions, the reuse tracker) never count a partial block:
+    no engine caches one.
+    """
     bs, index, sessions, pairs, groups = (
         acc.block_size_tokens,
         acc.index,
@@ -188,22 +192,17 @@ def add_block_chunk(chunk: list[Request], acc: Accumulators) -> None:
         keys = keys_all[bounds[i] : bounds[i + 1]]
         match = index.match_and_insert(keys, n)
         if req.session_id is not None:
-            full = keys if n % bs == 0 else keys[:-1]
-            sessions.add(req.session_id, full, n, None, bs)
+            sessions.add(req.session_id, keys[: n // bs], n, None, bs)
         pairs.add(keys, n)
         groups.add(keys, match.matched_blocks, match.matched_tokens)
         acc.drift.add(keys, n, match.matched_tokens, req.arrival_s, req.session_id)
         lcp.append(match.matched_tokens)
-        block_lcp.append(min(match.matched_blocks, n // bs) * bs)
+        block_lcp.append(match.matched_blocks * bs)
     arrivals = acc.cols.add_chunk(chunk, lengths, lcp, block_lcp)
-    block_tokens = np.full(keys_all.shape[0], float(bs))
-    ends = offsets[1:][counts > 0] - 1  # each prompt's last block may be partial
-    block_tokens[ends] = (
-        np.array(lengths, dtype=np.float64)[counts > 0] - (counts[counts > 0] - 1) * bs
-    )
+    whole = np.ones(keys_all.shape[0], dtype=bool)
+    whole[offsets[1:][counts * bs > np.array(lengths, dtype=np.int64)] - 1] = False
     acc.reuse.add_chunk(
-        keys_all,
-        block_tokens,
-        np.repeat(np.array(arrivals, dtype=np.float64), counts),
+        keys_all[whole],
+        np.repeat(np.array(arrivals, dtype=np.float64), counts)[whole],
         int(sum(lengths)),
     )

@@ -99,16 +99,20 @@ class PrefixIndex:
         ``block_hashes`` are the chained hashes of the prompt's blocks: full blocks only
         for token prompts (``token_ids`` given), full blocks plus an optional partial last
         block for hash-only prompts. Returns the longest prefix shared with any earlier
-        prompt, in blocks and tokens.
+        prompt, in whole blocks and in tokens: a matched partial last block (the whole
+        prompt repeats an earlier one) adds its own tokens, like a token extension, and
+        no block.
         """
         bs = self.block_size_tokens
         keys: list[int] = block_hashes.tolist()
         m = self._num_seen(keys)
-        deepest = keys[m - 1] if m else None
         if token_ids is None or not self.keep_tokens:
-            matched_tokens = min(m * bs, num_tokens)
             self._seen.update(keys[m:])
-            return PrefixMatch(m, matched_tokens, deepest)
+            if m * bs > num_tokens:  # the partial last block matched
+                m -= 1
+                return PrefixMatch(m, num_tokens, keys[m - 1] if m else None)
+            return PrefixMatch(m, m * bs, keys[m - 1] if m else None)
+        deepest = keys[m - 1] if m else None
 
         nb = len(keys)
         raw = token_ids.astype(">u4").tobytes()

@@ -53,7 +53,9 @@ class Overlap:
     belongs to a prefix some earlier request already had."""
 
     granularity: Granularity
-    """TOKEN when prompts are known as tokens (exact); BLOCK for hash-only traces."""
+    """TOKEN when prompts are known as tokens (exact LCP); BLOCK for hash-only traces,
+    whose LCP is known in whole blocks, or as the whole prompt when it repeats an earlier
+    one (its partial last block's hash matches)."""
     prompt_tokens: int
     reusable_tokens: int
     hit_ratio: float
@@ -61,7 +63,8 @@ class Overlap:
     block_size_tokens: int
     block_reusable_tokens: int
     block_hit_ratio: float
-    """Same, counting whole blocks only (vLLM-style paged reuse)."""
+    """Same, counting whole blocks only (vLLM-style paged reuse; the gateway's live
+    overlap): never a partial last block."""
     share_requests_with_reuse: float
     per_request_hit: Distribution
     """Per request: matched prefix / prompt length."""
@@ -71,6 +74,16 @@ class Overlap:
     reported_cached_tokens: int | None
     """Sum of engine-reported cached tokens, when the log carries them."""
     reported_hit_ratio: float | None
+
+    def figures(self) -> list[tuple[str, float]]:
+        """The two overlap rates, labelled: the trace's own (``hit_ratio``: token level,
+        or for a hash-only trace whole blocks plus the partial last block of a prompt
+        that repeats an earlier one whole), then whole blocks (``block_hit_ratio``)."""
+        own = "token level" if self.granularity is Granularity.TOKEN else "blocks + repeats"
+        return [
+            (own, self.hit_ratio),
+            (f"{self.block_size_tokens}-token blocks", self.block_hit_ratio),
+        ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,36 +50,26 @@ class ReuseTracker:
         self.max_samples = max_samples
         self._threshold = _FULL
         self._keys: list[npt.NDArray[np.uint64]] = []
-        self._weights: list[npt.NDArray[np.float64]] = []
         self._times: list[npt.NDArray[np.float64]] = []
         self._num_kept = 0
         self._total_tokens = 0
 
     def add_chunk(
-        self,
-        block_hashes: BlockHashes,
-        block_tokens: npt.NDArray[np.float64],
-        arrival_s: npt.NDArray[np.float64],
-        prompt_tokens: int,
+        self, block_hashes: BlockHashes, arrival_s: npt.NDArray[np.float64], prompt_tokens: int
     ) -> None:
-        """Record the prompt blocks of a chunk of requests, in order.
+        """Record the full prompt blocks of a chunk of requests, in order (a partial
+        last block is never cached, so it is not an access).
 
-        Per block: its hash, how many tokens it holds (the block size unless it is a
-        partial last block) and its request's arrival time (NaN when unknown).
+        Per block: its hash and its request's arrival time (NaN when unknown).
         ``prompt_tokens`` counts the chunk's whole prompts, partial tails included.
         """
         self._total_tokens += prompt_tokens
         if self._threshold != _FULL:
             keep = (block_hashes >> np.uint64(40)) < np.uint64(self._threshold)
-            block_hashes, block_tokens, arrival_s = (
-                block_hashes[keep],
-                block_tokens[keep],
-                arrival_s[keep],
-            )
+            block_hashes, arrival_s = block_hashes[keep], arrival_s[keep]
         if block_hashes.shape[0] == 0:
             return
         self._keys.append(block_hashes)
-        self._weights.append(block_tokens)
         self._times.append(arrival_s)
         self._num_kept += block_hashes.shape[0]
         if self._num_kept > self.max_samples:
@@ -87,13 +77,12 @@ class ReuseTracker:
 
     def _downsample(self) -> None:
         keys = np.concatenate(self._keys)
-        weights = np.concatenate(self._weights)
         times = np.concatenate(self._times)
         while keys.shape[0] > self.max_samples and self._threshold > 1:
             self._threshold //= 2
             keep = (keys >> np.uint64(40)) < np.uint64(self._threshold)
-            keys, weights, times = keys[keep], weights[keep], times[keep]
-        self._keys, self._weights, self._times = [keys], [weights], [times]
+            keys, times = keys[keep], times[keep]
+        self._keys, self._times = [keys], [times]
         self._num_kept = keys.shape[0]
 
     def finish(
@@ -104,7 +93,6 @@ class ReuseTracker:
         known exactly from the prefix index), which removes most of the sampling error."""
         rate = self._threshold / _FULL
         keys_arr = np.concatenate(self._keys) if self._keys else np.empty(0, dtype=np.uint64)
-        weights = np.concatenate(self._weights) if self._weights else np.empty(0)
         times = np.concatenate(self._times) if self._times else np.empty(0)
         n = keys_arr.shape[0]
         prev = _previous_access(keys_arr)
@@ -112,16 +100,17 @@ class ReuseTracker:
         reuse = dist >= 0
         dist_tokens = dist[reuse].astype(np.float64) / rate * self.block_size_tokens
         total = max(self._total_tokens, 1)
-        hit_w = weights[reuse] / rate
-        order = np.argsort(dist_tokens)
-        cum = np.concatenate([[0.0], np.cumsum(hit_w[order])])
-        sorted_d = dist_tokens[order]
-        scale = 1.0 / total
-        if rate < 1.0 and exact_infinite_hit is not None and cum[-1] > 0:
-            scale = exact_infinite_hit / cum[-1]
+        # Every reuse serves one whole block: the k nearest reuses serve k blocks.
+        sorted_d = np.sort(dist_tokens)
+        served = np.arange(sorted_d.shape[0] + 1, dtype=np.float64)
+        served *= self.block_size_tokens / rate
+        if rate < 1.0 and exact_infinite_hit is not None and served[-1] > 0:
+            share = served * (exact_infinite_hit / served[-1])
+            share[-1] = exact_infinite_hit
+        else:
+            share = served / total  # divided, not scaled: the limit is Σ reused / Σ prompt exactly
         hit_ratio = [
-            float(cum[np.searchsorted(sorted_d, c, side="left")] * scale)
-            for c in capacity_grid_tokens
+            float(share[np.searchsorted(sorted_d, c, side="left")]) for c in capacity_grid_tokens
         ]
         reuse_dt = _reuse_times(prev, times)
         finite_dt = reuse_dt[np.isfinite(reuse_dt)]
@@ -131,7 +120,7 @@ class ReuseTracker:
             num_sampled_accesses=n,
             capacity_tokens=list(capacity_grid_tokens),
             hit_ratio=hit_ratio,
-            infinite_hit_ratio=float(cum[-1] * scale),
+            infinite_hit_ratio=float(share[-1]),
             distance_tokens_p50=_pct(dist_tokens, 50),
             distance_tokens_p90=_pct(dist_tokens, 90),
             reuse_time_s_p50=_pct(finite_dt, 50),

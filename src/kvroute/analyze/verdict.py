@@ -12,6 +12,7 @@ from kvroute.analyze.result import (
     EQUIVALENT_BELOW,
     LLAMACPP_MAX_USERS,
     RADIX_ABOVE,
+    Granularity,
     Groups,
     Overlap,
     Verdict,
@@ -28,10 +29,9 @@ def _pct(x: float) -> str:
 def verdict_for(
     overlap: Overlap, groups: Groups, sessions: SessionsResult, shape: ShapeResult
 ) -> Verdict:
-    hit = overlap.hit_ratio
+    label, hit = overlap.figures()[0]  # the trace's own figure
     measured = (
-        f"measured prefix overlap {_pct(hit)} of {overlap.prompt_tokens:,} prompt tokens "
-        f"({overlap.granularity.value} level)"
+        f"measured prefix overlap {_pct(hit)} of {overlap.prompt_tokens:,} prompt tokens ({label})"
     )
     if hit < EQUIVALENT_BELOW:
         level = VerdictLevel.EQUIVALENT
@@ -53,10 +53,13 @@ def verdict_for(
         )
     reasons: list[str] = []
     gap = overlap.hit_ratio - overlap.block_hit_ratio
-    if overlap.granularity.value == "token":
+    token_level = overlap.granularity is Granularity.TOKEN
+    if token_level or gap > 0:
+        why = "" if token_level else ": a repeated prompt's partial last block is no whole block"
         reasons.append(
-            f"At {overlap.block_size_tokens}-token blocks (vLLM-style) the ideal hit is "
-            f"{_pct(overlap.block_hit_ratio)}, {100 * gap:.1f} points below token level."
+            f"At {overlap.block_size_tokens}-token blocks (vLLM-style, as the gateway's live "
+            f"overlap counts) the ideal hit is {_pct(overlap.block_hit_ratio)}, "
+            f"{100 * gap:.1f} points below {label}{why}."
         )
     if groups.top:
         g = groups.top[0]

@@ -48,9 +48,9 @@ def _headline(r: AnalysisResult) -> str:
 def _overlap_rows(r: AnalysisResult) -> list[tuple[str, str]]:
     """What an ideal cache would reuse, and the longest common prefixes behind it."""
     ov = r.overlap
-    rows = [
-        (f"prefix overlap ({ov.granularity.value} level)", f"[bold]{fmt.percent(ov.hit_ratio)}[/]"),
-        (f"at {ov.block_size_tokens}-token blocks", fmt.percent(ov.block_hit_ratio)),
+    rows = [(f"prefix overlap ({k})", fmt.percent(x)) for k, x in ov.figures()]
+    rows[0] = (rows[0][0], f"[bold]{rows[0][1]}[/]")  # the trace's own figure, the verdict's
+    rows += [
         ("requests reusing a prefix", fmt.percent(ov.share_requests_with_reuse)),
         (
             "LCP with earlier, p50 / p90",

@@ -33,7 +33,9 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     (
         "Token level / block level",
         "Token level counts any shared prefix length (SGLang's radix cache with page size 1). Block level counts "
-        "only whole blocks of --block-size tokens (vLLM's paged cache, 16 tokens on GPU).",
+        "only whole blocks of --block-size tokens (vLLM's paged cache, 16 tokens on GPU), never a prompt's "
+        "partial last block. A hash-only trace knows whole blocks, and a partial last block only when the "
+        "whole prompt repeats an earlier one; its own figure (blocks + repeats) counts both.",
     ),
     (
         "LCP",
@@ -92,11 +94,7 @@ def _lead(r: AnalysisResult) -> list[Block]:
                         else f", {tr.block_size_tokens}-token blocks"
                     ),
                 ),
-                (f"prefix overlap ({ov.granularity.value} level)", fmt.percent(ov.hit_ratio)),
-                (
-                    f"prefix overlap at {ov.block_size_tokens}-token blocks",
-                    fmt.percent(ov.block_hit_ratio),
-                ),
+                *((f"prefix overlap ({k})", fmt.percent(x)) for k, x in ov.figures()),
                 ("analysis time", fmt.duration(r.elapsed_s)),
             ]
         ),
@@ -106,14 +104,7 @@ def _lead(r: AnalysisResult) -> list[Block]:
 
 def _overlap_section(r: AnalysisResult) -> Section:
     ov = r.overlap
-    bars = [
-        (
-            "ideal, token level" if ov.granularity.value == "token" else "ideal, block level",
-            ov.hit_ratio,
-        )
-    ]
-    if ov.granularity.value == "token":
-        bars.append((f"ideal, {ov.block_size_tokens}-token blocks", ov.block_hit_ratio))
+    bars = [(f"ideal, {k}", x) for k, x in ov.figures()]
     if ov.reported_hit_ratio is not None:
         bars.append(("engine-reported", ov.reported_hit_ratio))
     overlap_sec = Section(

@@ -76,8 +76,9 @@ def _engines_table(r: SimulationResult) -> Table:
 
 
 def _ideal_line(ideal: Ideal) -> str:
-    line = f"ideal cache (analyze): {fmt.percent(ideal.hit_ratio)} at {ideal.granularity} level"
-    if ideal.granularity == "token":
+    own = "token level" if ideal.granularity == "token" else "blocks + repeats"
+    line = f"ideal cache (analyze): {fmt.percent(ideal.hit_ratio)} {own}"
+    if ideal.granularity == "token" or ideal.block_hit_ratio != ideal.hit_ratio:
         line += f", {fmt.percent(ideal.block_hit_ratio)} at {ideal.block_size_tokens}-token blocks"
     return line
 

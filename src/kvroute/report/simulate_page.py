@@ -57,7 +57,7 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     (
         "Ideal",
         "What an infinite cache that never evicts would serve (kvroute analyze): token level for token "
-        "traces, block level for hash-only traces. Engines also recompute the last prompt token, so they "
+        "traces; for hash-only traces whole blocks plus the partial last block of a prompt that repeats an earlier one whole. Engines also recompute the last prompt token, so they "
         "stay slightly below it even with unbounded memory.",
     ),
     ("Computed / cached", "Prompt tokens prefilled vs served from cache, over admitted requests."),
