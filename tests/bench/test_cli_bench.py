@@ -35,6 +35,8 @@ def test_workloads_lists_every_generator_with_parameters(cli: CliRunner) -> None
     assert out.exit_code == 0
     for name in ("qa", "rag", "multiturn", "agent", "json", "code", "mix", "replay", "synth"):
         assert f"\n{name} " in "\n" + out.output
+    assert "``" not in out.output  # plain text, not the docstrings' reST marks
+    assert "tool calls and tool results; some steps fork sub-agents" in out.output
     assert "overlap" in run(cli, "bench", "workloads", "rag").output
 
 

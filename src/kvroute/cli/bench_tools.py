@@ -59,13 +59,8 @@ def workloads_cmd(name: str | None) -> None:
     names = [name] if name else workload_registry().names()
     for n in names:
         cls = workload_registry().get(n)
-        doc = (cls.__doc__ or "").strip().splitlines()
-        module_doc = (sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
-        click.echo(
-            click.style(n, bold=True)
-            + "  "
-            + (module_doc[0] if module_doc else doc[0] if doc else "")
-        )
+        doc = sys.modules[cls.__module__].__doc__ or cls.__doc__ or ""
+        click.echo(click.style(n, bold=True) + "  " + _summary(doc, n))
         for p in workload_params(n):
             click.echo(f"  {p.name:<22} {p.type_name:<6} {p.default!s:<12} {p.doc}")
 
@@ -132,3 +127,12 @@ def report_cmd(result: Path, html_path: Path | None, wide: bool) -> None:
 
         with write_errors(html_path):
             write_bench_page(loaded, html_path)
+
+
+def _summary(doc: str, name: str) -> str:
+    """A workload module's first paragraph as plain text: its ``name``: prefix and the
+    reST literal marks dropped, its lines joined."""
+    paragraph = doc.strip().split("\n\n", 1)[0]
+    text = " ".join(line.strip() for line in paragraph.splitlines())
+    text = text.removeprefix(f"``{name}``:").strip()
+    return text.replace("``", "")
