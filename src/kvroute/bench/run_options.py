@@ -31,7 +31,7 @@ class Endpoint:
         if not sep or not name.strip() or not url.strip():
             raise UsageError(
                 f"bad endpoint {spec!r}",
-                hint="use name=http://host:port[,engine=llamacpp|vllm|sglang][,model=M]",
+                hint="use name=http://host:port[,engine=llamacpp|vllm|sglang][,model=M][,key=K]",
             )
         extra: dict[str, str] = {}
         for part in rest:

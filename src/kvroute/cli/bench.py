@@ -61,7 +61,10 @@ def _loads(
     "--endpoint",
     "endpoints",
     multiple=True,
-    help="name=URL[,engine=llamacpp|vllm|sglang][,model=M][,key=K]; repeat for side by side.",
+    metavar="NAME=URL[,...]",
+    help="An endpoint to benchmark: NAME=URL, then optionally ,engine=E (llamacpp, vllm or "
+    "sglang: which cache counters to read), ,model=M (the model name to send), ,key=K (its API "
+    "key). Repeat to compare endpoints side by side.",
 )
 @click.option(
     "-w",
