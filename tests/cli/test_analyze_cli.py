@@ -147,3 +147,7 @@ def test_mooncake_trace_needs_no_tokenizer(tmp_path: Path) -> None:
     assert res["overlap"]["granularity"] == "block" and res["trace"]["tokenizer"] is None
     # 1024 tokens of two shared blocks for 9 requests, plus 8 repeats of a whole 3rd block (476 tokens).
     assert res["overlap"]["reusable_tokens"] == 9 * 1024 + 8 * 476
+    assert res["trace"]["block_size_tokens"] == 512  # Mooncake's, not --block-size's default
+    # An explicit size is taken at its word, 16 too (it was ignored as the default before).
+    code, _, err = run("analyze", str(trace), "-q", "--block-size", "16")
+    assert code == 3 and "3 blocks of 16 tokens cannot hold 1500 tokens" in err

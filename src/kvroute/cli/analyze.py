@@ -35,9 +35,10 @@ from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
     "--block-size",
     "block_size",
     type=click.IntRange(min=1),
-    default=16,
-    show_default=True,
-    help="Block granularity for the vLLM-style figures; for hash-only traces, overrides the trace's block size.",
+    default=None,
+    help="Tokens per block of the vLLM-style figures [default: 16]. A hash-only trace "
+    "(mooncake, kvroute hashes) keeps the block size it was hashed with (Mooncake: 512) "
+    "unless this says otherwise.",
 )
 @click.option(
     "--json",
@@ -78,7 +79,7 @@ def analyze_cmd(
     trace: Path,
     format_name: str | None,
     tokenizer: str | None,
-    block_size: int,
+    block_size: int | None,
     json_path: Path | None,
     html_path: Path | None,
     no_text: bool,
@@ -111,9 +112,7 @@ def analyze_cmd(
         trace,
         fmt_name,
         options=ReadOptions(
-            block_size_tokens=block_size
-            if fmt_name in ("mooncake", "kvroute") and block_size != 16
-            else None
+            block_size_tokens=block_size if fmt_name in ("mooncake", "kvroute") else None
         ),
         skip_invalid=skip_invalid,
         stats=stats,
@@ -148,12 +147,13 @@ def analyze_cmd(
         def on_progress(done: int) -> None:
             progress.update(task, completed=stats.bytes_read if size else None, done=f"{done:,}")
 
+        blocks = {} if block_size is None else {"block_size_tokens": block_size}
         result = analyze_requests(
             stream,
             trace_path=str(trace),
             trace_format=fmt_name,
             tokenizer_name=tokenizer_name,
-            options=AnalyzeOptions(block_size_tokens=block_size, top_groups=top_groups, seed=seed),
+            options=AnalyzeOptions(top_groups=top_groups, seed=seed, **blocks),
             num_skipped=lambda: stats.num_skipped,
             decode=None if (no_text or tok is None) else tok.decode,
             progress=on_progress,
