@@ -31,23 +31,8 @@ import httptools
 
 from kvroute.errors import UsageError
 from kvroute.gateway.errors import error_payload
+from kvroute.gateway.response_head import response_head
 from kvroute.gateway.types import Handler, Request, RequestContext, Response
-
-_REASONS = {
-    200: b"OK",
-    400: b"Bad Request",
-    401: b"Unauthorized",
-    403: b"Forbidden",
-    404: b"Not Found",
-    405: b"Method Not Allowed",
-    408: b"Request Timeout",
-    413: b"Payload Too Large",
-    429: b"Too Many Requests",
-    500: b"Internal Server Error",
-    502: b"Bad Gateway",
-    503: b"Service Unavailable",
-    504: b"Gateway Timeout",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,14 +40,6 @@ class ServerLimits:
     max_body_bytes: int = 4 * 1024 * 1024
     max_head_bytes: int = 64 * 1024
     keep_alive_s: float = 75.0
-
-
-def _head(status: int, headers: list[tuple[str, str]], extra: bytes) -> bytes:
-    lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Status"))]
-    for name, value in headers:
-        lines.append(f"{name}: {value}\r\n".encode("latin-1"))
-    lines.append(extra)
-    return b"".join(lines)
 
 
 class _Connection(asyncio.Protocol):
@@ -244,10 +221,10 @@ class _Connection(asyncio.Protocol):
             headers.append(("connection", "close"))
         if response.stream is None:
             extra = b"content-length: %d\r\n\r\n" % len(response.body)
-            self._transport.write(_head(response.status, headers, extra) + response.body)
+            self._transport.write(response_head(response.status, headers, extra) + response.body)
         else:
             self._transport.write(
-                _head(response.status, headers, b"transfer-encoding: chunked\r\n\r\n")
+                response_head(response.status, headers, b"transfer-encoding: chunked\r\n\r\n")
             )
 
     # -- BodySink (streamed bodies push into the connection) ----------------------------
@@ -287,7 +264,7 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None and not self._closed and self._task is None:
             headers = [("content-type", "application/json"), ("connection", "close")]
             extra = b"content-length: %d\r\n\r\n" % len(body)
-            self._transport.write(_head(status, headers, extra) + body)
+            self._transport.write(response_head(status, headers, extra) + body)
             # Closed when the dropped body has been read (on_message_complete), or soon.
             asyncio.get_running_loop().call_later(2.0, self._close)
         else:
