@@ -4,11 +4,18 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import httpx
 
 from kvroute.gateway.app import Gateway
 from kvroute.gateway.config import GatewayConfig, parse_config
@@ -58,3 +65,35 @@ def running_gateway(
         yield running
     finally:
         loop.run(running.gateway.stop(1.0))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def serve_subprocess(
+    config: Path, port: int, *args: str, stderr: IO[str] | int | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """``kvroute serve --config CONFIG ARGS`` in a process of its own (signals, exit
+    codes, stderr), ready once ``/health`` on ``port`` answers; killed afterwards if
+    it is still running."""
+    argv = [sys.executable, "-c", "from kvroute.cli.serve import serve_cmd; serve_cmd()"]
+    proc = subprocess.Popen([*argv, "--config", str(config), *args], stderr=stderr, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health")
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.1)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

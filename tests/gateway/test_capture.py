@@ -4,9 +4,7 @@ and nothing lost on SIGTERM (a real ``kvroute serve`` process)."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +17,7 @@ import orjson
 import pytest
 
 from gateway.fake_upstream import FakeUpstream
-from gateway.harness import LoopThread, running_gateway
+from gateway.harness import LoopThread, free_port, running_gateway, serve_subprocess
 from kvroute.analyze.run import analyze_requests
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError
@@ -317,18 +315,11 @@ def test_capture_reproduces_the_gateways_counters_on_llama_server(
 # -- a real `kvroute serve` process, stopped with SIGTERM --------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def serve_process(
     fake: FakeUpstream, tmp_path: Path
 ) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    port = _free_port()
+    port = free_port()
     path = tmp_path / "gw.yaml"
     path.write_text(
         f"listener: {{port: {port}, drain_timeout_s: 5}}\n"
@@ -336,24 +327,8 @@ def serve_process(
         f"capture: {{directory: '{tmp_path / 'capture'}', include_text: true}}\n"
         "health: {interval_s: 60}\n"
     )
-    argv = [sys.executable, "-c", "from kvroute.cli.serve import serve_cmd; serve_cmd()"]
-    proc = subprocess.Popen(
-        [*argv, "--config", str(path), "--quiet"], stderr=subprocess.PIPE, text=True
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/health")
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None
-                time.sleep(0.1)
+    with serve_subprocess(path, port, "--quiet", stderr=subprocess.PIPE) as proc:
         yield proc, port
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_sigterm_loses_no_answered_request(

@@ -6,9 +6,7 @@ A second signal cuts the drain short."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,44 +18,25 @@ import orjson
 import pytest
 
 from gateway.fake_upstream import FakeUpstream
+from gateway.harness import free_port, serve_subprocess
 from kvroute.engines.state import EngineRecord
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextmanager
 def serving(tmp_path: Path, backend_yaml: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """A ``kvroute serve`` process over one backend; yields it and its base URL."""
-    port = _free_port()
+    port = free_port()
     path = tmp_path / "gw.yaml"
     path.write_text(
         f"listener: {{port: {port}, drain_timeout_s: 120}}\n"
         f"backends: [{backend_yaml}]\n"
         "health: {interval_s: 60}\n"
     )
-    argv = [sys.executable, "-c", "from kvroute.cli.serve import serve_cmd; serve_cmd()"]
-    with (tmp_path / "stderr.txt").open("w") as stderr:
-        proc = subprocess.Popen([*argv, "--config", str(path)], stderr=stderr, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{url}/health")
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None
-                time.sleep(0.1)
-        yield proc, url
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with (
+        (tmp_path / "stderr.txt").open("w") as stderr,
+        serve_subprocess(path, port, stderr=stderr) as proc,
+    ):
+        yield proc, f"http://127.0.0.1:{port}"
 
 
 class Stream(threading.Thread):
