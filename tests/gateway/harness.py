@@ -36,6 +36,8 @@ class LoopThread:
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        if not self.thread.is_alive():
+            self.loop.close()  # its self-pipe's sockets too (else a ResourceWarning later)
 
 
 class RunningGateway:
@@ -97,3 +99,5 @@ def serve_subprocess(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()

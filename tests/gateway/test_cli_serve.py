@@ -48,16 +48,14 @@ def test_zero_config_without_engines_says_how_to_start_some() -> None:
 
 def test_serve_reloads_on_sighup_and_stops_on_sigterm(tmp_path: Path) -> None:
     import signal
-    import socket
     import subprocess
-    import sys
     import time
 
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from gateway.harness import free_port, serve_subprocess
+
+    port = free_port()
     path = tmp_path / "gw.yaml"
 
     def write(model: str) -> None:
@@ -71,27 +69,8 @@ def test_serve_reloads_on_sighup_and_stops_on_sigterm(tmp_path: Path) -> None:
         return [m["id"] for m in httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"]]
 
     write("first")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from kvroute.cli.serve import serve_cmd; serve_cmd()",
-            "--config",
-            str(path),
-            "--quiet",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                assert models() == ["first"]
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None
-                time.sleep(0.1)
+    with serve_subprocess(path, port, "--quiet", stderr=subprocess.PIPE) as proc:
+        assert models() == ["first"]
         write("second")
         proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 5
@@ -104,10 +83,8 @@ def test_serve_reloads_on_sighup_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert models() == ["second"]  # a bad file leaves the running config
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert "reload failed" in (proc.stderr.read() if proc.stderr else "")
+        errors = proc.stderr.read() if proc.stderr else ""
+    assert "reload failed" in errors
 
 
 def test_check_applies_host_and_port_overrides_and_warns_like_serving(tmp_path: Path) -> None:
