@@ -18,6 +18,7 @@ depends on what the path names when the write starts:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -87,7 +88,24 @@ def open_output(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
         raise
 
 
+def write_all(out: IO[bytes], data: bytes) -> None:
+    """Write all of ``data`` to ``out``, raising :class:`OSError` if it cannot.
+
+    A buffered binary file may take part of a large write and return the count: a pipe
+    whose reader exits mid-write (``| head -1``) takes up to its capacity, and the rest
+    would be dropped without an error. Writing the remainder raises the error instead
+    (:class:`BrokenPipeError` there).
+    """
+    view = memoryview(data)
+    while view:
+        num_written = out.write(view)
+        if not num_written:  # never expected of a blocking file; do not spin
+            raise OSError(errno.EIO, "the output took no data")
+        view = view[num_written:]
+    out.flush()
+
+
 def write_output(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` as ``path``'s whole content through :func:`open_output`."""
     with open_output(path) as out:
-        out.write(data)
+        write_all(out, data)

@@ -243,3 +243,75 @@ def test_bench_json_dash_writes_the_result_to_stdout(llamacpp_server: EngineReco
     assert result["schema"] == "kvroute.bench/1"
     assert len(result["runs"][0]["requests"]) == 2
     assert not Path("-").exists()
+
+
+def mooncake_trace(path: Path, n: int = 40) -> Path:
+    """A small hash-only trace: analyze and simulate read it without a tokenizer."""
+    lines = [
+        json.dumps(
+            {
+                "timestamp": i * 100,
+                "input_length": 1500,
+                "output_length": 8,
+                "hash_ids": [1, 2, 10 + i],
+            }
+        )
+        for i in range(n)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("command", ["analyze", "simulate"])
+def test_html_dash_writes_the_page_to_stdout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    trace = mooncake_trace(tmp_path / "mooncake.jsonl")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(command, str(trace), "--html", "-")
+    assert code == 0, err
+    assert out.startswith("<!DOCTYPE html>") and out.rstrip().endswith("</html>"), out[:200]
+    # the terminal summary moved to stderr, and no file named "-" appeared
+    assert "<!DOCTYPE" not in err and "mooncake.jsonl" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mooncake.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("-", "-"), ("-", "/dev/stdout"), ("/dev/stdout", "-")],
+)
+@pytest.mark.parametrize("command", ["analyze", "simulate"])
+def test_two_outputs_on_stdout_are_refused(
+    tmp_path: Path, no_work: None, command: str, first: str, second: str
+) -> None:
+    trace = mooncake_trace(tmp_path / "mooncake.jsonl")
+    code, _, err = run(command, str(trace), "--json", first, "--html", second)
+    assert_one_line_usage_error(code, err, "--json", "--html", "standard output")
+
+
+def test_bench_report_html_dash_and_an_interrupted_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bench report R --html -``: the page on stdout, the summary on stderr; a result
+    cut by Ctrl-C says so at the top of both."""
+    from bench.fake_upstream import fake_upstream
+
+    saved = tmp_path / "r.json"
+    with fake_upstream() as up:
+        code, _, err = run(
+            "bench", "-e", f"fake={up.url},model=ok", "-w", "qa", "-n", "4",
+            "--concurrency", "1,2", "--no-overlap-check", "--json", str(saved), "-q",
+        )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(saved.read_bytes())
+    doc["interrupted"] = doc["runs"][-1]["interrupted"] = True
+    saved.write_text(json.dumps(doc))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run("bench", "report", str(saved), "--html", "-")
+    assert code == 0, err
+    assert out.startswith("<!DOCTYPE html>") and "Interrupted by Ctrl-C" in out
+    assert out.index("Interrupted by Ctrl-C") < out.index("<table")
+    assert err.startswith("INTERRUPTED BY CTRL-C") and "1 finished run(s) and 1 cut short" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    code, out, err = run("bench", "compare", str(saved), str(saved), "--json", "-", "--html", "-")
+    assert_one_line_usage_error(code, err, "--json", "--html", "standard output")

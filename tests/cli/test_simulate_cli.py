@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from kvroute.cli import main
+from kvroute.cli.simulate_capacity import parse_tokens
 
 
 def run(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
@@ -224,3 +225,25 @@ def test_a_long_trace_on_the_python_sources_says_how_to_go_faster(
     monkeypatch.setattr(simulate, "SLOW_HINT_REQUESTS", 1000)
     code, out, _ = run(monkeypatch, "simulate", str(mooncake), "--capacity-tokens", "16k")
     assert code == 0 and "Python sources" not in out
+
+
+def test_sweep_rows_print_capacities_as_the_options_read_them(
+    monkeypatch: pytest.MonkeyPatch, mooncake: Path
+) -> None:
+    """64k is 64,000 tokens and 64Ki 65,536, in what the user types and in what is printed;
+    a row's capacity pasted back into --capacity-tokens gives the same pool."""
+    code, out, err = run(
+        monkeypatch,
+        "simulate",
+        str(mooncake),
+        "--capacity-tokens",
+        "64Ki",
+        "--sweep-sizes",
+        "64k,64Ki,3584",
+    )
+    assert code == 0, err
+    assert "KV pool: 64Ki tokens" in out
+    rows = [line.split()[0] for line in out.splitlines() if line.strip().endswith(("%", "rej.)"))]
+    capacities = [r for r in rows if r[0].isdigit()]
+    assert capacities == ["3.5Ki", "64k", "64Ki"], out
+    assert [parse_tokens(c, "row") for c in capacities] == [3584, 64000, 65536]

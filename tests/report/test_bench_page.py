@@ -1,15 +1,20 @@
-"""The bench HTML report and comparison page, from hand-built results."""
+"""The bench HTML report, comparison page and console summary, from hand-built results."""
 
 from __future__ import annotations
 
+import io
 import re
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from datetime import UTC, datetime
+
+from rich.console import Console
 
 from kvroute.bench.compare import compare
 from kvroute.bench.metrics import Slo, stat, summarize
 from kvroute.bench.record import RequestRecord
 from kvroute.bench.result import SCHEMA, BenchResult, EndpointInfo, LoadInfo, Run, WorkloadInfo
+from kvroute.report.bench_console import render_result
 from kvroute.report.bench_page import bench_page, compare_page
 from kvroute.report.html import render_page
 
@@ -87,3 +92,38 @@ def test_compare_page_pairs_runs() -> None:
     assert "A llama vs B llama · rate=2/s" in html
     for svg in svgs(html):
         ET.fromstring(svg)
+
+
+def interrupted(r: BenchResult) -> BenchResult:
+    """``r`` as Ctrl-C leaves it: its last run cut short."""
+    return replace(r, runs=[*r.runs[:-1], replace(r.runs[-1], interrupted=True)], interrupted=True)
+
+
+def test_an_interrupted_result_is_marked_at_the_top_of_its_page() -> None:
+    html = render_page(bench_page(interrupted(result(0.2)), NOW))
+    assert re.search(r"<title>[^<]*interrupted", html), html[:500]
+    body = html[html.index("<body") :]
+    mark = body.index("Interrupted by Ctrl-C")
+    assert mark < body.index("<table") and mark < body.index("<svg")
+    assert "3 finished run(s) and 1 cut short" in body
+    assert body.count("rate=4/s (interrupted)") == 1  # the cut run, in the run table
+    assert "nterrupted" not in render_page(bench_page(result(0.2), NOW))
+
+
+def test_compare_page_says_which_side_was_interrupted() -> None:
+    a, b = result(0.2), interrupted(result(0.4))
+    html = render_page(compare_page(a, b, compare(a, b), NOW))
+    assert "B: Interrupted by Ctrl-C" in html and "A: Interrupted" not in html
+
+
+def test_console_summary_of_an_interrupted_result_says_so_first() -> None:
+    def summary(r: BenchResult) -> str:
+        console = Console(file=io.StringIO(), width=200, record=True)
+        render_result(r, console)
+        return console.export_text()
+
+    text = summary(interrupted(result(0.2)))
+    assert text.startswith("INTERRUPTED BY CTRL-C"), text
+    assert "3 finished run(s) and 1 cut short" in text.splitlines()[0]
+    assert "rate=4/s (interrupted)" in text
+    assert "nterrupt" not in summary(result(0.2)).lower()

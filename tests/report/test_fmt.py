@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kvroute.cli.simulate_capacity import parse_tokens
 from kvroute.report import fmt
 
 
@@ -131,3 +132,42 @@ def test_duration(seconds: float, expected: str) -> None:
 )
 def test_byte_size(num_bytes: float, expected: str) -> None:
     assert fmt.byte_size(num_bytes) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0, "0"),
+        (950, "950"),
+        (1000, "1k"),
+        (1024, "1Ki"),
+        (3584, "3.5Ki"),
+        (64_000, "64k"),
+        (65_536, "64Ki"),
+        (65_500, "65.5k"),
+        (65_537, "65,537"),
+        (1_024_000, "1,024,000"),  # 1000Ki: four digits, written in full
+        (1_500_000, "1.5M"),
+        (1_572_864, "1.5Mi"),
+        (2**40, "1Ti"),
+        (1.5, "1.5"),
+        (math.nan, "n/a"),
+    ],
+)
+def test_capacity(value: float, expected: str) -> None:
+    assert fmt.capacity(value) == expected
+
+
+@given(st.integers(min_value=0, max_value=999 * 1024**4))
+def test_capacity_reads_back_exactly_as_a_token_option(num_tokens: int) -> None:
+    """What a report prints is what --capacity-tokens / --sweep-sizes read back."""
+    text = fmt.capacity(num_tokens)
+    assert parse_tokens(text.replace(",", ""), "--capacity-tokens") == num_tokens
+    assert len(text.rstrip("kMGTi")) <= 4 or "," in text  # short, or in full
+
+
+@given(st.sampled_from([1000, 1024]), st.integers(1, 4), st.integers(1, 999))
+def test_capacity_prefers_the_short_form(base: int, power: int, mantissa: int) -> None:
+    """A size that has a short exact form (125Ki) is never written in full (128k here)."""
+    text = fmt.capacity(mantissa * base**power)
+    assert "," not in text and len(text.rstrip("kMGTi")) <= 4, text

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from itertools import chain
 from pathlib import Path
 
 import click
 import orjson
+from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from kvroute.analyze.result import AnalysisResult
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
 from kvroute.cli.console import make_console
-from kvroute.cli.files import STDOUT, check_outputs, emit, write_errors, writes_stdout
+from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, writes_stdout
+from kvroute.cli.trace_input import TraceInput, open_trace, trace_inputs
 from kvroute.trace.formats.base import ReadOptions
 from kvroute.trace.io import ReadStats
 from kvroute.trace.readers import detect_format, read_trace, trace_formats
@@ -50,7 +55,7 @@ from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
     "--html",
     "html_path",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Write a self-contained HTML report with charts.",
+    help="Write a self-contained HTML report with charts. '-' for stdout.",
 )
 @click.option(
     "--no-text", is_flag=True, help="Keep prompt text out of every output (no prefix previews)."
@@ -92,7 +97,8 @@ def analyze_cmd(
     """Measure how much of TRACE's prompts share a prefix, and how long.
 
     TRACE is an OpenAI request log (JSONL), ShareGPT conversations (JSON/JSONL), a
-    Mooncake trace or a kvroute capture; ``.gz`` works too. Chat requests are rendered
+    Mooncake trace or a kvroute capture; ``.gz`` works too, and ``-`` reads the trace
+    from standard input (``zcat log.jsonl.gz | kvroute analyze -``). Chat requests are rendered
     with the model's chat template and tokenized as the engine would see them.
 
     \b
@@ -104,10 +110,65 @@ def analyze_cmd(
       shared prefixes   the prefixes that save the most prefill
       reuse distance    ideal LRU hit ratio vs KV cache capacity
     """
-    check_outputs({"--json": json_path, "--html": html_path}, inputs=[trace])
+    check_outputs({"--json": json_path, "--html": html_path}, inputs=trace_inputs(trace))
     console = make_console(stderr=writes_stdout(json_path, html_path))
-    fmt_name = format_name or detect_format(trace)
     stats = ReadStats()
+    with open_trace(trace) as source:
+        result = _analyze(
+            source,
+            stats,
+            format_name=format_name,
+            tokenizer=tokenizer,
+            block_size=block_size,
+            options=AnalyzeOptions(top_groups=top_groups, seed=seed),
+            skip_invalid=skip_invalid,
+            with_text=not no_text,
+            workers=workers,
+            console=console if not quiet else None,
+        )
+        problem = (
+            stats.first_problems[0].replace(str(source.path), source.name)
+            if stats.first_problems
+            else ""
+        )
+    if not quiet:
+        from kvroute.report.analyze_console import render_console
+
+        render_console(result, console, show_text=not no_text)
+        if stats.num_skipped:
+            console.print(
+                f"[yellow]skipped {stats.num_skipped:,} invalid records[/], e.g. {problem}"
+            )
+    if json_path is not None:
+        data = orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        emit(json_path, data)
+        if json_path != STDOUT and not quiet:
+            console.print(f"wrote {json_path}")
+    if html_path is not None:
+        from kvroute.report.analyze_page import analysis_page
+
+        emit_page(html_path, analysis_page(result, datetime.now(UTC)))
+        if html_path != STDOUT and not quiet:
+            console.print(f"wrote {html_path}")
+
+
+def _analyze(
+    source: TraceInput,
+    stats: ReadStats,
+    *,
+    format_name: str | None,
+    tokenizer: str | None,
+    block_size: int | None,
+    options: AnalyzeOptions,
+    skip_invalid: bool,
+    with_text: bool,
+    workers: int | None,
+    console: Console | None,
+) -> AnalysisResult:
+    """Read, tokenize (unless the trace holds tokens or hashes) and analyze the trace,
+    with a progress bar on ``console``; ``stats`` counts what was read and skipped."""
+    trace = source.path
+    fmt_name = format_name or detect_format(trace)
     requests = read_trace(
         trace,
         fmt_name,
@@ -118,17 +179,13 @@ def analyze_cmd(
         stats=stats,
     )
     first = next(requests)
-    hash_only = isinstance(first.prompt, BlockPrompt)
     tok = None
-    tokenizer_name = None
-
     stream: Iterator[Request] = chain([first], requests)
-    if not hash_only and not isinstance(first.prompt, TokenPrompt):
+    if not isinstance(first.prompt, BlockPrompt | TokenPrompt):
         from kvroute.trace.tokenize import tokenize_requests
         from kvroute.trace.tokenizer import load_tokenizer
 
         tok = load_tokenizer(tokenizer)
-        tokenizer_name = tok.name
         stream = tokenize_requests(stream, tokenizer, workers=workers)
     size = trace.stat().st_size if trace.suffix != ".gz" else None
     progress = Progress(
@@ -138,46 +195,27 @@ def analyze_cmd(
         TextColumn("{task.fields[done]} requests"),
         TimeElapsedColumn(),
         console=console,
-        disable=quiet,
+        disable=console is None,
         transient=True,
     )
     with progress:
-        task = progress.add_task(f"analyzing {trace.name}", total=size, done=0)
+        task = progress.add_task(f"analyzing {Path(source.name).name}", total=size, done=0)
 
         def on_progress(done: int) -> None:
             progress.update(task, completed=stats.bytes_read if size else None, done=f"{done:,}")
 
-        blocks = {} if block_size is None else {"block_size_tokens": block_size}
-        result = analyze_requests(
+        if block_size is not None:
+            options = dataclasses.replace(options, block_size_tokens=block_size)
+        return analyze_requests(
             stream,
-            trace_path=str(trace),
+            trace_path=source.name,
             trace_format=fmt_name,
-            tokenizer_name=tokenizer_name,
-            options=AnalyzeOptions(top_groups=top_groups, seed=seed, **blocks),
+            tokenizer_name=None if tok is None else tok.name,
+            options=options,
             num_skipped=lambda: stats.num_skipped,
-            decode=None if (no_text or tok is None) else tok.decode,
+            decode=tok.decode if with_text and tok is not None else None,
             progress=on_progress,
         )
-    if not quiet:
-        from kvroute.report.analyze_console import render_console
-
-        render_console(result, console, show_text=not no_text)
-        if stats.num_skipped:
-            console.print(
-                f"[yellow]skipped {stats.num_skipped:,} invalid records[/], e.g. {stats.first_problems[0]}"
-            )
-    if json_path is not None:
-        data = orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
-        emit(json_path, data)
-        if json_path != STDOUT and not quiet:
-            console.print(f"wrote {json_path}")
-    if html_path is not None:
-        from kvroute.report.analyze_page import write_analysis_page
-
-        with write_errors(html_path):
-            write_analysis_page(result, html_path)
-        if not quiet:
-            console.print(f"wrote {html_path}")
 
 
 @click.command("sample")

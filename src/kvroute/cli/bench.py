@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from kvroute.cli.console import make_console
-from kvroute.cli.files import STDOUT, check_outputs, emit, parse_pairs, write_errors
+from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, parse_pairs
 from kvroute.errors import KvrouteError, UsageError
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def _loads(
     "--html",
     "html_path",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Also write an HTML report.",
+    help="Also write an HTML report; '-' for stdout.",
 )
 @click.option("-q", "--quiet", is_flag=True)
 @click.pass_context
@@ -297,11 +298,10 @@ def bench_group(
         if json_path != STDOUT:
             console.print(f"wrote {json_path}")
     if html_path is not None:
-        from kvroute.report.bench_page import write_bench_page
+        from kvroute.report.bench_page import bench_page
 
-        with write_errors(html_path):
-            write_bench_page(result, html_path)
-        if not quiet:
+        emit_page(html_path, bench_page(result, datetime.now(UTC)))
+        if html_path != STDOUT and not quiet:
             console.print(f"wrote {html_path}")
     _after_writing(result, json_path, html_path, console)
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 import orjson
 
 from kvroute.cli.console import make_console
-from kvroute.cli.files import check_outputs, emit, parse_pairs, write_errors
+from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, parse_pairs, writes_stdout
 
 
 @click.command("compare")
@@ -19,13 +20,13 @@ from kvroute.cli.files import check_outputs, emit, parse_pairs, write_errors
     "--html",
     "html_path",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Write an HTML comparison.",
+    help="Write an HTML comparison; '-' for stdout.",
 )
 @click.option(
     "--json",
     "json_path",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Write the differences as JSON.",
+    help="Write the differences as JSON; '-' for stdout.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
 def compare_cmd(
@@ -33,21 +34,27 @@ def compare_cmd(
 ) -> None:
     """Tabulate and chart the differences between two bench results A and B, with the
     noise each difference is judged against."""
+    from rich.markup import escape
+
     from kvroute.bench.compare import compare
     from kvroute.bench.result import load_result
-    from kvroute.report.bench_console import render_comparison
+    from kvroute.report.bench_console import interrupted_text, render_comparison
 
     check_outputs({"--json": json_path, "--html": html_path}, inputs=[a, b])
     ra, rb = load_result(a), load_result(b)
     pairs = compare(ra, rb, seed=seed)
-    render_comparison(pairs, make_console())
+    console = make_console(stderr=writes_stdout(json_path, html_path))
+    for name, path, loaded in (("A", a, ra), ("B", b, rb)):
+        note = interrupted_text(loaded)
+        if note is not None:
+            console.print(f"[bold red]{name} ({escape(str(path))}) was interrupted[/]: {note}")
+    render_comparison(pairs, console)
     if json_path is not None:
         emit(json_path, orjson.dumps(pairs, option=orjson.OPT_INDENT_2) + b"\n")
     if html_path is not None:
-        from kvroute.report.bench_page import write_compare_page
+        from kvroute.report.bench_page import compare_page
 
-        with write_errors(html_path):
-            write_compare_page(ra, rb, pairs, html_path)
+        emit_page(html_path, compare_page(ra, rb, pairs, datetime.now(UTC)))
 
 
 @click.command("workloads")
@@ -102,7 +109,8 @@ def generate_cmd(
         params=parse_pairs(params, "--param"),
     )
     emit(out, b"".join(orjson.dumps(r) + b"\n" for r in log_records(requests, model=model)))
-    click.echo(f"wrote {len(requests):,} requests to {out}")
+    where = "stdout" if out == STDOUT else out
+    click.echo(f"wrote {len(requests):,} requests to {where}", err=writes_stdout(out))
 
 
 @click.command("report")
@@ -111,7 +119,7 @@ def generate_cmd(
     "--html",
     "html_path",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Write the HTML report.",
+    help="Write the HTML report; '-' for stdout.",
 )
 @click.option("--wide", is_flag=True, help="Every column in the terminal table.")
 def report_cmd(result: Path, html_path: Path | None, wide: bool) -> None:
@@ -121,12 +129,11 @@ def report_cmd(result: Path, html_path: Path | None, wide: bool) -> None:
 
     check_outputs({"--html": html_path}, inputs=[result])
     loaded = load_result(result)
-    render_result(loaded, make_console(), wide=wide)
+    render_result(loaded, make_console(stderr=writes_stdout(html_path)), wide=wide)
     if html_path is not None:
-        from kvroute.report.bench_page import write_bench_page
+        from kvroute.report.bench_page import bench_page
 
-        with write_errors(html_path):
-            write_bench_page(loaded, html_path)
+        emit_page(html_path, bench_page(loaded, datetime.now(UTC)))
 
 
 def _summary(doc: str, name: str) -> str:

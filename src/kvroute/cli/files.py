@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-import click
-
 from kvroute.errors import KvrouteError, UsageError
-from kvroute.output_file import own_stream_fd, write_output
+from kvroute.output_file import own_stream_fd, write_all, write_output
+from kvroute.report.html import Page, render_page
 
 STDOUT = Path("-")
 """The output path meaning "standard output", where a command documents it."""
@@ -82,13 +82,26 @@ def check_outputs(outputs: Mapping[str, Path | None], *, inputs: Sequence[Path] 
     (writing would destroy it) or that two outputs share (one would overwrite the other).
 
     ``outputs`` maps each option as the user knows it (``--json``, ``OUT``) to its path;
-    None (not asked for), ``-`` (standard output) and the process's own streams
-    (``/dev/stdout``) are skipped.
+    None means not asked for. ``-`` (standard output) and the process's own streams
+    (``/dev/stdout``, ``/dev/fd/N``) are not checked as files, but at most one output
+    may go to each of them: two documents on one stream could not be told apart.
     """
     input_keys = {_file_key(p): p for p in inputs}
     seen: dict[FileKey, str] = {}
+    on_stream: dict[int, str] = {}
     for option, path in outputs.items():
-        if path is None or path == STDOUT or own_stream_fd(path) is not None:
+        if path is None:
+            continue
+        fd = 1 if path == STDOUT else own_stream_fd(path)
+        if fd is not None:
+            if fd in on_stream:
+                where = "standard output" if fd == 1 else f"file descriptor {fd}"
+                raise UsageError(
+                    f"{on_stream[fd]} and {option} both write to {where}: "
+                    "the two documents would be mixed",
+                    hint="send one of them to a file, e.g. --html report.html",
+                )
+            on_stream[fd] = option
             continue
         key = _check_output(option, path)
         if key is None:
@@ -125,10 +138,17 @@ def emit(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` (``-``: standard output) through
     :func:`kvroute.output_file.write_output`."""
     if path == STDOUT:
-        click.echo(data, nl=False)
+        sys.stdout.flush()  # what the command printed before goes first
+        write_all(sys.stdout.buffer, data)
         return
     with write_errors(path):
         write_output(path, data)
+
+
+def emit_page(path: Path, page: Page) -> None:
+    """Render an HTML report ``page`` and :func:`emit` it: ``-`` sends it to standard
+    output, like ``--json -``, instead of creating a file named ``-``."""
+    emit(path, render_page(page).encode("utf-8"))
 
 
 def parse_pairs(values: tuple[str, ...], what: str) -> dict[str, str]:

@@ -1,13 +1,15 @@
 """The ``kvroute`` command. Every subcommand is registered here; errors are mapped once.
 
 Exit codes: 0 success, 1 unexpected failure, 2 usage error, 3 unreadable or invalid
-input, 4 tokenizer problem, 5 engine problem, 130 interrupted.
+input, 4 tokenizer problem, 5 engine problem, 130 interrupted, 141 standard output
+closed by its reader (``kvroute analyze t.jsonl | head -1``).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import sys
 from typing import Any
 
 import click
@@ -25,6 +27,31 @@ Engines:      kvroute engines up --engine llamacpp
 """
 
 
+EXIT_STDOUT_CLOSED = 141
+"""Exit status when the reader of standard output goes away (``| head -1``).
+
+Tools that keep the default SIGPIPE action (``grep``, ``cat``, ``seq``) die of the
+signal there, which a shell reports as 128 + 13 = 141; Python ignores SIGPIPE and
+raises :class:`BrokenPipeError` instead, with a traceback and status 1. kvroute exits
+141 without a word, like those tools: the output was cut, so success (0) would be a lie
+under ``set -o pipefail``, yet nothing failed that a message could help with. Restoring
+the default signal action instead would also kill ``kvroute serve`` whenever a client
+hangs up mid-response.
+"""
+
+
+def _stdout_closed() -> None:
+    """Point standard output at the null device, so that flushing what is still
+    buffered when the interpreter exits does not raise a second, reported error."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a real file (click's test runner)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 class _Main(click.Group):
     """Maps :class:`KvrouteError` to one line on stderr and its exit code; never a traceback."""
 
@@ -40,7 +67,8 @@ class _Main(click.Group):
             click.echo("interrupted", err=True)
             ctx.exit(130)
         except BrokenPipeError:
-            ctx.exit(0)
+            _stdout_closed()
+            ctx.exit(EXIT_STDOUT_CLOSED)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:

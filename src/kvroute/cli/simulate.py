@@ -28,6 +28,7 @@ from kvroute.cli.simulate_options import simulate_options
 from kvroute.cli.simulate_output import write_outputs
 from kvroute.cli.simulate_trace import ideal_cache, load_trace
 from kvroute.cli.simulate_validate import run_validation
+from kvroute.cli.trace_input import open_trace, trace_inputs
 from kvroute.errors import UsageError
 from kvroute.validate.result import ValidateOptions
 
@@ -90,9 +91,12 @@ def simulate_cmd(
     token hit ratio, per-request hits, prefill computed vs saved, evictions and peak
     pinned memory, next to the ideal cache of `kvroute analyze`.
 
+    TRACE is read as by `kvroute analyze` ('-': standard input).
+
     \b
     Capacity: --capacity-tokens / --capacity-blocks, or sized from --model on --gpu
-    (default: llama-3.1-8b on one h100-80gb at 0.9 utilization).
+    (default: llama-3.1-8b on one h100-80gb at 0.9 utilization). 64k is 64,000
+    tokens, 64Ki is 65,536; capacities print the same way.
     Timing: the trace's arrival and end times; missing end times come from a service
     model (--prefill-tps, --decode-tps); no arrival times: one request at a time.
 
@@ -103,7 +107,7 @@ def simulate_cmd(
     /metrics, replays its model with the engine's own settings over that run and reports
     predicted vs measured (docs/simulate-json.md, "validation").
     """
-    check_outputs({"--json": json_path, "--html": html_path}, inputs=[trace])
+    check_outputs({"--json": json_path, "--html": html_path}, inputs=trace_inputs(trace))
     console = make_console(stderr=writes_stdout(json_path, html_path), quiet=quiet)
     if validate_url is not None or validate_engine is not None:
         if validate_url is None or validate_engine is None:
@@ -142,19 +146,22 @@ def simulate_cmd(
     )
     validation = None
     if validate_url is not None and validate_engine is not None:
-        requests, source, validation = run_validation(
-            trace,
-            format_name,
-            tokenizer,
-            workers,
-            skip_invalid,
-            settings,
-            (validate_url, validate_engine),
-            ValidateOptions(
-                concurrency=concurrency, default_output_tokens=default_output, reset=not no_reset
-            ),
-            console,
-        )
+        with open_trace(trace) as given:
+            requests, source, validation = run_validation(
+                given,
+                format_name,
+                tokenizer,
+                workers,
+                skip_invalid,
+                settings,
+                (validate_url, validate_engine),
+                ValidateOptions(
+                    concurrency=concurrency,
+                    default_output_tokens=default_output,
+                    reset=not no_reset,
+                ),
+                console,
+            )
         settings = validation.setup.settings
         capacity = capacity_from_tokens(validation.setup.capacity_tokens)
     else:
@@ -170,7 +177,10 @@ def simulate_cmd(
             weights_gib,
             overhead_gib,
         )
-        requests, source = load_trace(trace, format_name, tokenizer, workers, skip_invalid, console)
+        with open_trace(trace) as given:
+            requests, source = load_trace(
+                given, format_name, tokenizer, workers, skip_invalid, console
+            )
     options = SimulateOptions(
         engines=names,
         settings=settings,

@@ -40,7 +40,9 @@ _PARAMS = (
     click.option("--skip-invalid", is_flag=True, help="Count and skip malformed records."),
     click.option(
         "--capacity-tokens",
-        help="KV pool in tokens (64k, 1.5M, or 'inf' for an unbounded cache). Default: sized from --model on --gpu.",
+        help="KV pool in tokens: 64k is 64,000 and 64Ki is 65,536 (also 1.5M, 1Mi, or 'inf' "
+        "for an unbounded cache); reports print capacities the same way, exactly. "
+        "Default: sized from --model on --gpu.",
     ),
     click.option(
         "--capacity-blocks",
@@ -91,7 +93,8 @@ _PARAMS = (
     ),
     click.option(
         "--sweep-sizes",
-        help="Capacities for the sweep, e.g. 64k,256k,1M (implies --sweep-capacity).",
+        help="Capacities for the sweep, e.g. 64k,256k,1M or 64Ki,256Ki,1Mi (implies "
+        "--sweep-capacity).",
     ),
     click.option(
         "--vllm-block-size",
@@ -230,7 +233,7 @@ _PARAMS = (
         "--html",
         "html_path",
         type=click.Path(path_type=Path, dir_okay=False),
-        help="Write a self-contained HTML report with charts.",
+        help="Write a self-contained HTML report with charts; '-' for stdout.",
     ),
     click.option(
         "--validate",

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 from rich.console import Console
 
 from kvroute.cache.result import SimulationResult
-from kvroute.cli.files import STDOUT, emit, write_errors
+from kvroute.cli.files import STDOUT, emit, emit_page
 from kvroute.validate.result import ValidationResult
 
 
@@ -37,11 +38,11 @@ def write_outputs(
         if json_path != STDOUT:
             console.print(f"wrote {json_path}")
     if html_path is not None:
-        from kvroute.report.simulate_page import write_simulation_page
+        from kvroute.report.simulate_page import simulation_page
 
-        with write_errors(html_path):
-            write_simulation_page(result, html_path, validation=validation)
-        console.print(f"wrote {html_path}")
+        emit_page(html_path, simulation_page(result, datetime.now(UTC), validation))
+        if html_path != STDOUT:
+            console.print(f"wrote {html_path}")
 
 
 def _dataclass_fields(obj: object) -> dict[str, object]:

@@ -11,6 +11,7 @@ from rich.console import Console
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
 from kvroute.cache.result import Ideal
 from kvroute.cache.simulate import TraceSource
+from kvroute.cli.trace_input import TraceInput
 from kvroute.trace.formats.base import ReadOptions
 from kvroute.trace.io import ReadStats
 from kvroute.trace.readers import detect_format, read_trace
@@ -18,14 +19,18 @@ from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
 
 
 def load_trace(
-    trace: Path,
+    given: TraceInput | Path,
     format_name: str | None,
     tokenizer: str | None,
     workers: int | None,
     skip_invalid: bool,
     console: Console,
 ) -> tuple[list[Request], TraceSource]:
-    """Read (and tokenize) the whole trace: every engine replays it."""
+    """Read (and tokenize) the whole trace: every engine replays it. A plain path is
+    named as given; ``-`` needs :func:`kvroute.cli.trace_input.open_trace` first."""
+    if isinstance(given, Path):
+        given = TraceInput(given, str(given))
+    trace = given.path
     fmt_name = format_name or detect_format(trace)
     stats = ReadStats()
     requests = read_trace(
@@ -40,9 +45,9 @@ def load_trace(
 
         tokenizer_name = load_tokenizer(tokenizer).name
         stream = tokenize_requests(stream, tokenizer, workers=workers)
-    with console.status(f"reading {trace.name}"):
+    with console.status(f"reading {Path(given.name).name}"):
         loaded = list(stream)
-    source = TraceSource(str(trace), fmt_name, tokenizer_name, stats.num_skipped)
+    source = TraceSource(given.name, fmt_name, tokenizer_name, stats.num_skipped)
     return loaded, source
 
 

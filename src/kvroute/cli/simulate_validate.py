@@ -17,6 +17,7 @@ from rich.console import Console
 
 from kvroute.cache.registry import EngineSettings
 from kvroute.cache.simulate import TraceSource
+from kvroute.cli.trace_input import TraceInput
 from kvroute.engines.registry import make_adapter
 from kvroute.engines.state import EngineRecord, StateDir, default_state_dir
 from kvroute.errors import InputError
@@ -84,7 +85,7 @@ def _record_model(record: EngineRecord | None) -> str | None:
 
 
 def run_validation(
-    trace: Path,
+    trace_in: TraceInput,
     format_name: str | None,
     tokenizer: str | None,
     workers: int | None,
@@ -98,12 +99,13 @@ def run_validation(
     copy for the model, serve it on the engine and compare. Returns the run as it happened
     (token prompts, times, outputs), what to simulate next."""
     url, engine = target
+    trace = trace_in.path
     record = _engine_record(engine, url)
     given, where = _given(settings, engine, record)
     tokenizer = tokenizer or _record_model(record)
     fmt_name = format_name or detect_format(trace)
     stats = ReadStats()
-    with console.status(f"reading {trace.name}"):
+    with console.status(f"reading {Path(trace_in.name).name}"):
         originals = list(
             read_trace(
                 trace, fmt_name, options=ReadOptions(), skip_invalid=skip_invalid, stats=stats
@@ -136,5 +138,5 @@ def run_validation(
     with console.status(f"serving {len(originals):,} requests on {engine} at {url}"):
         validation, prediction = asyncio.run(run())
     validation = dataclasses.replace(validation, notes=[*validation.notes, where])
-    source = TraceSource(str(trace), fmt_name, tokenizer_name, stats.num_skipped)
+    source = TraceSource(trace_in.name, fmt_name, tokenizer_name, stats.num_skipped)
     return prediction.requests, source, validation

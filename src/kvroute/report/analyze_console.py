@@ -119,7 +119,7 @@ def _capacity_table(r: AnalysisResult) -> Table:
     rows: list[tuple[str, str]] = []
     for cap, hit in zip(ru.capacity_tokens, ru.hit_ratio, strict=True):
         if len(rows) < 8 and (hit > 0 or rows):
-            rows.append((f"{fmt.tokens(cap)} tokens", fmt.percent(hit)))
+            rows.append((f"{fmt.capacity(cap)} tokens", fmt.percent(hit)))
     sampled = "" if ru.sample_rate == 1 else f" (sampled {fmt.percent(ru.sample_rate, digits=2)})"
     return _kv("Ideal LRU hit vs KV cache capacity" + sampled, rows)
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 
 from kvroute.analyze.result import AnalysisResult, VerdictLevel
 from kvroute.report import fmt
@@ -20,7 +19,6 @@ from kvroute.report.html import (
     Paragraph,
     Section,
     Table,
-    write_page,
 )
 from kvroute.report.svg import Bars, RefLine, Series, Shape, bar_chart, histogram, line_chart
 
@@ -381,10 +379,3 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
         ],
         generated_at=generated_at,
     )
-
-
-def write_analysis_page(
-    result: AnalysisResult, path: Path, generated_at: datetime | None = None
-) -> None:
-    """Render and write the report atomically (an existing file is replaced only on success)."""
-    write_page(analysis_page(result, generated_at or datetime.now(UTC)), path)

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvroute.bench.compare import Pair
-from kvroute.bench.result import BenchResult
+from kvroute.bench.result import BenchResult, Run
 from kvroute.report import fmt
 from kvroute.report.bench_rows import DIFF_HEADERS, RUN_HEADERS, diff_cells, error_lines, run_row
 
@@ -22,8 +22,41 @@ _SHORT = {
 }
 
 
+INTERRUPTED_TITLE = "Interrupted by Ctrl-C: a partial result"
+
+
+def interrupted_text(result: BenchResult) -> str | None:
+    """What a result stopped by Ctrl-C (``"interrupted": true``) holds, in a sentence;
+    None for a complete result."""
+    if not result.interrupted:
+        return None
+    num_cut = sum(1 for r in result.runs if r.interrupted)
+    cut = (
+        f" and {num_cut} cut short (marked interrupted: its rates and percentiles describe "
+        "a partial run)"
+        if num_cut
+        else ""
+    )
+    return (
+        f"The benchmark was stopped before the end. It holds {len(result.runs) - num_cut} "
+        f"finished run(s){cut}; the steps, repeats and endpoints after it are missing "
+        "(docs/bench.md, Results)."
+    )
+
+
+def run_cells(run: Run) -> list[str]:
+    """:func:`run_row`, with the load of a run cut short by Ctrl-C marked."""
+    row = run_row(run)
+    if run.interrupted:
+        row[1] += " (interrupted)"
+    return row
+
+
 def render_result(result: BenchResult, console: Console, *, wide: bool = False) -> None:
     w = result.workload
+    note = interrupted_text(result)
+    if note is not None:
+        console.print(f"[bold red]{INTERRUPTED_TITLE.upper()}[/]: {note}")
     console.print(
         f"[bold]kvroute bench[/] {w.name} · {fmt.count(w.num_requests)} requests · seed {w.seed}"
         f" · prompt p50 {fmt.tokens(w.prompt_tokens.p50 or 0)} tokens"
@@ -39,7 +72,7 @@ def render_result(result: BenchResult, console: Console, *, wide: bool = False) 
     for i in keep:
         table.add_column(RUN_HEADERS[i], justify="left" if i < 3 else "right")
     for run in result.runs:
-        row = run_row(run)
+        row = run_cells(run)
         table.add_row(*(row[i] for i in keep))
     console.print(table)
     for run in result.runs:

@@ -6,32 +6,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 
 from kvroute.bench import metrics
 from kvroute.bench.compare import Pair
 from kvroute.bench.result import BenchResult, Run
 from kvroute.report import fmt
 from kvroute.report.bench_charts import cdf_chart, hit_split_blocks, itl_chart, sweep_blocks
+from kvroute.report.bench_console import INTERRUPTED_TITLE, interrupted_text, run_cells
 from kvroute.report.bench_rows import (
     DIFF_HEADERS,
     RUN_HEADERS,
     diff_cells,
     error_lines,
     run_label,
-    run_row,
     stat_cells,
 )
 from kvroute.report.html import (
     Block,
+    Callout,
+    CalloutKind,
     DefinitionList,
     KeyValues,
     Page,
     Paragraph,
     Section,
     Table,
-    write_page,
 )
 
 DEFINITIONS: tuple[tuple[str, str], ...] = (
@@ -131,12 +131,27 @@ def _errors_table(runs: Sequence[Run]) -> Table:
     )
 
 
+def _interrupted_callouts(*results: tuple[str, BenchResult]) -> list[Block]:
+    """A warning for each result stopped by Ctrl-C, ``(name, result)``; name may be ""."""
+    callouts: list[Block] = []
+    for name, result in results:
+        text = interrupted_text(result)
+        if text is not None:
+            title = f"{name}: {INTERRUPTED_TITLE}" if name else INTERRUPTED_TITLE
+            callouts.append(Callout(CalloutKind.WARN, title, text))
+    return callouts
+
+
 def bench_page(result: BenchResult, generated_at: datetime) -> Page:
     runs = result.runs
     return Page(
-        title="kvroute bench",
+        title="kvroute bench" + (" (interrupted)" if result.interrupted else ""),
         subtitle=f"{result.workload.name} against {len({r.endpoint.name for r in runs})} endpoint(s)",
-        lead=[_workload_facts(result), Table(RUN_HEADERS, [run_row(r) for r in runs])],
+        lead=[
+            *_interrupted_callouts(("", result)),
+            _workload_facts(result),
+            Table(RUN_HEADERS, [run_cells(r) for r in runs]),
+        ],
         sections=[
             Section("Latency", _latency_blocks(runs)),
             Section("Throughput vs load", sweep_blocks(runs)),
@@ -186,6 +201,7 @@ def compare_page(a: BenchResult, b: BenchResult, pairs: list[Pair], generated_at
     return Page(
         title="kvroute bench compare",
         subtitle=f"A: {a.workload.name} · B: {b.workload.name}",
+        lead=_interrupted_callouts(("A", a), ("B", b)),
         sections=sections,
         generated_at=generated_at,
     )
@@ -193,17 +209,3 @@ def compare_page(a: BenchResult, b: BenchResult, pairs: list[Pair], generated_at
 
 def _renamed(run: Run, tag: str) -> Run:
     return replace(run, endpoint=replace(run.endpoint, name=f"{tag} {run.endpoint.name}"))
-
-
-def write_bench_page(result: BenchResult, path: Path, generated_at: datetime | None = None) -> None:
-    write_page(bench_page(result, generated_at or datetime.now(UTC)), path)
-
-
-def write_compare_page(
-    a: BenchResult,
-    b: BenchResult,
-    pairs: list[Pair],
-    path: Path,
-    generated_at: datetime | None = None,
-) -> None:
-    write_page(compare_page(a, b, pairs, generated_at or datetime.now(UTC)), path)

@@ -9,6 +9,8 @@ up to the next unit moves to it (``999_999`` is ``"1M"``, not ``"1000k"``).
 from __future__ import annotations
 
 import math
+from decimal import Decimal
+from fractions import Fraction
 
 _SI_PREFIXES = ("", "k", "M", "G", "T", "P", "E")
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
@@ -67,6 +69,45 @@ def si(value: float, *, digits: int = 3) -> str:
 def tokens(num_tokens: float) -> str:
     """A token count, compact: ``12_345 -> "12.3k"`` (same rules as :func:`si`)."""
     return si(num_tokens)
+
+
+def capacity(num_tokens: float) -> str:
+    """A KV capacity in tokens, exactly, in the notation ``--capacity-tokens`` and
+    ``--sweep-sizes`` read: ``k``, ``M``, ``G`` are powers of 1000 and ``Ki``, ``Mi``,
+    ``Gi`` powers of 1024, with at most three significant digits; any other size is
+    written in full.
+
+    ``64_000 -> "64k"``, ``65_536 -> "64Ki"``, ``1_500_000 -> "1.5M"``,
+    ``3_584 -> "3.5Ki"``, ``950 -> "950"``, ``65_537 -> "65,537"``. A value that is not
+    a whole number falls back to :func:`tokens`.
+    """
+    if not math.isfinite(num_tokens) or num_tokens != int(num_tokens):
+        return tokens(num_tokens)
+    n = int(num_tokens)
+    if abs(n) < 1000:
+        return str(n)
+    for base in (1000, 1024):
+        for power, prefix in enumerate(_SI_PREFIXES[1:], start=1):
+            mantissa = _short_exact(Fraction(abs(n), base**power))
+            if mantissa is not None:
+                unit = prefix if base == 1000 else f"{prefix.upper()}i"
+                return f"{'-' if n < 0 else ''}{mantissa}{unit}"
+    return count(n)
+
+
+def _short_exact(mantissa: Fraction) -> str | None:
+    """``mantissa`` written exactly with at most three significant digits, if it is in
+    [1, 1000) and can be; else None."""
+    if not 1 <= mantissa < 1000:
+        return None
+    for decimals in range(3):
+        scaled = mantissa * 10**decimals
+        if scaled.denominator == 1:
+            digits = str(scaled.numerator)
+            if len(digits) > 3:
+                return None
+            return str(Decimal(scaled.numerator).scaleb(-decimals))
+    return None
 
 
 def count(n: int) -> str:

@@ -12,7 +12,7 @@ from kvroute.report import fmt
 
 
 def _capacity_text(tokens: int | None) -> str:
-    return "unbounded" if tokens is None else f"{fmt.tokens(tokens)} tokens"
+    return "unbounded" if tokens is None else f"{fmt.capacity(tokens)} tokens"
 
 
 def _pct(value: float | None) -> str:
@@ -119,7 +119,7 @@ def _sweep_table(sweep: list[Curve]) -> Table:
         s.add_column(curve.engine, justify="right")
     for i, cap in enumerate(sweep[0].capacity_tokens):
         s.add_row(
-            f"{fmt.tokens(cap)} tokens",
+            f"{fmt.capacity(cap)} tokens",
             *[
                 fmt.percent(c.hit_ratio[i])
                 + (f" ({c.num_rejected[i]} rej.)" if c.num_rejected[i] else "")

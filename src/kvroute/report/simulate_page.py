@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 
 from kvroute.cache.result import EngineRun, SimulationResult
 from kvroute.report import fmt
@@ -19,7 +18,6 @@ from kvroute.report.html import (
     Paragraph,
     Section,
     Table,
-    write_page,
 )
 from kvroute.report.simulate_console import capacity_line
 from kvroute.report.simulate_validation import validation_section
@@ -293,14 +291,3 @@ def simulation_page(
         sections=sections,
         generated_at=generated_at,
     )
-
-
-def write_simulation_page(
-    result: SimulationResult,
-    path: Path,
-    generated_at: datetime | None = None,
-    validation: ValidationResult | None = None,
-) -> None:
-    """Render and write the report atomically (an existing file is replaced only on success).
-    With ``validation`` (``simulate --validate``) its section comes first."""
-    write_page(simulation_page(result, generated_at or datetime.now(UTC), validation), path)
