@@ -1,5 +1,7 @@
 """Build the compiled modules: the replay's (``src/kvroute/cache/native.py``) and
-capture's and prompt tokenizing's (``src/kvroute/gateway/native.py``), one mypyc group each.
+capture's and prompt tokenizing's (``src/kvroute/gateway/native.py``), one mypyc group each,
+and kvroute.trace's two C modules (``src/kvroute/trace/*.c``, loaded by
+``src/kvroute/trace/native_c.py``).
 
 Usage: ``scripts/build-native [--force]``. Needs mypy (a dev dependency: mypyc comes with
 it) and a C compiler. Each build runs in a temporary copy of ``src/`` and only replaces
@@ -25,6 +27,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from kvroute.cache.native import BUILD as CACHE  # noqa: E402
 from kvroute.gateway.native import BUILD as GATEWAY  # noqa: E402
 from kvroute.native_group import STAMP, NativeGroup  # noqa: E402
+from kvroute.trace import native_c  # noqa: E402
 
 SETUP = """
 from mypyc.build import mypycify
@@ -37,6 +40,18 @@ setup(
 )
 """
 
+SETUP_C = """
+from setuptools import Extension, setup
+
+setup(
+    name="kvroute-trace-c",
+    ext_modules=[
+        Extension(name, [name + ".c"], extra_compile_args=["-O3"]) for name in {names!r}
+    ],
+    script_args=["build_ext", "--inplace"],
+)
+"""
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -45,7 +60,59 @@ def main() -> int:
     failed = 0
     for group in (CACHE, GATEWAY):
         failed += _build(group, force=args.force)
+    failed += _build_c(force=args.force)
     return 1 if failed else 0
+
+
+def _build_c(*, force: bool) -> int:
+    """Compile ``trace/*.c`` into ``trace/_native/`` (stamp last)."""
+    usable, why = native_c.status()
+    if usable and not force:
+        print("[build-native] kvroute.trace C modules: up to date", file=sys.stderr)
+        return 0
+    print(f"[build-native] compiling kvroute.trace's C modules ({why})", file=sys.stderr)
+    digest = native_c.source_digest()
+    with tempfile.TemporaryDirectory(prefix="kvroute-trace-c-") as tmp:
+        work = Path(tmp)
+        for source in native_c.SOURCES:
+            shutil.copy2(source, work / source.name)
+        setup = SETUP_C.format(names=list(native_c.MODULES))
+        (work / "setup_trace_c.py").write_text(setup)
+        done = subprocess.run(
+            [sys.executable, "setup_trace_c.py"],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        built = sorted(work.glob("*.so"))
+        if done.returncode != 0 or len(built) != len(native_c.MODULES):
+            sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+            print(
+                "[build-native] error: kvroute.trace's C modules did not build (see above); "
+                "kvroute uses their Python and numpy versions",
+                file=sys.stderr,
+            )
+            return 1
+        _install(built, native_c.NATIVE_DIR, {"digest": digest, "modules": list(native_c.MODULES)})
+    print(
+        f"[build-native] built {len(built)} C modules -> {native_c.NATIVE_DIR.relative_to(ROOT)}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _install(built: list[Path], native_dir: Path, stamp: dict[str, object]) -> None:
+    """Replace ``native_dir`` with the built files and their stamp (written last)."""
+    staging = native_dir.with_name("_native.new")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for so in built:
+        shutil.copy2(so, staging / so.name)
+    stamp = {**stamp, "python": sys.version.split()[0]}
+    (staging / STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
+    shutil.rmtree(native_dir, ignore_errors=True)
+    staging.rename(native_dir)
 
 
 def _build(native: NativeGroup, *, force: bool) -> int:
@@ -93,19 +160,7 @@ def _build(native: NativeGroup, *, force: bool) -> int:
         if not built:
             print("[build-native] error: mypyc produced no extension modules", file=sys.stderr)
             return 1
-        staging = native.native_dir.with_name("_native.new")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        for so in built:
-            shutil.copy2(so, staging / so.name)
-        stamp = {
-            "digest": digest,
-            "modules": list(native.compiled),
-            "python": sys.version.split()[0],
-        }
-        (staging / STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
-        shutil.rmtree(native.native_dir, ignore_errors=True)
-        staging.rename(native.native_dir)
+        _install(built, native.native_dir, {"digest": digest, "modules": list(native.compiled)})
     if native.source_digest() != digest:
         print(
             "[build-native] warning: sources changed during the build; it is stale", file=sys.stderr

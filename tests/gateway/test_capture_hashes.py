@@ -7,18 +7,28 @@ import orjson
 import pytest
 
 from kvroute.gateway.capture_hashes import PrefixHasher, batch_block_hashes
+from kvroute.trace import fast_chain
 from kvroute.trace.writer import prompt_block_hashes
 
+ONE_BY_ONE = [
+    False,
+    pytest.param(
+        True,
+        marks=pytest.mark.skipif(not fast_chain.active(), reason="chainhash.c not built"),
+    ),
+]
 
+
+@pytest.mark.parametrize("one_by_one", ONE_BY_ONE, ids=["numpy-batch", "c-one-by-one"])
 @pytest.mark.parametrize("block_size_tokens", [16, 5, 1])
-def test_prefix_reuse_gives_the_writers_hashes(block_size_tokens: int) -> None:
+def test_prefix_reuse_gives_the_writers_hashes(block_size_tokens: int, one_by_one: bool) -> None:
     """Prompts that start like earlier ones (cut anywhere: inside a block, on a
     checkpoint, past it), across batches, hash exactly as the writer hashes them
-    alone, with the JSON orjson gives them; and the later ones take their prefixes
-    from the memo."""
+    alone, with the JSON orjson gives them; and, batched with numpy, the later ones
+    take their prefixes from the memo."""
     rng = np.random.default_rng(7)
     shared = [rng.integers(0, 50_000, n).astype(np.uint32) for n in (130, 1030, 4100)]
-    hasher = PrefixHasher(block_size_tokens)
+    hasher = PrefixHasher(block_size_tokens, one_by_one=one_by_one)
     for _ in range(5):
         batch = []
         for _ in range(30):
@@ -32,12 +42,12 @@ def test_prefix_reuse_gives_the_writers_hashes(block_size_tokens: int) -> None:
         assert [j for _, j in rendered] == [orjson.dumps(h) for h in got]  # JSON reused exactly
         assert got == batch_block_hashes(batch, block_size_tokens)
         assert got == [prompt_block_hashes(ids, block_size_tokens).tolist() for ids in batch]
-    assert hasher.num_prefix_hits > 0
+    assert (hasher.num_prefix_hits > 0) is not one_by_one
 
 
 def test_memo_stays_within_its_bound() -> None:
     rng = np.random.default_rng(3)
-    hasher = PrefixHasher(16, max_memo_bytes=64 * 1024)
+    hasher = PrefixHasher(16, max_memo_bytes=64 * 1024, one_by_one=False)
     for _ in range(20):
         hasher.hashes([rng.integers(0, 50_000, 600).astype(np.uint32) for _ in range(10)])
     assert 0 < hasher._memo_bytes <= 64 * 1024

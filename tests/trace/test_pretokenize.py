@@ -1,4 +1,5 @@
-"""The ASCII word encoder gives exactly the tokenizer's ids, for every GGUF split family."""
+"""The ASCII word encoder gives exactly the tokenizer's ids, for every GGUF split family,
+with its chunk memo in Python and in C (``asciiwords.c``, when built)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
+from kvroute.trace import native_c
 from kvroute.trace.gguf import read_gguf_metadata
 from kvroute.trace.gguf_bpe import PRE_FAMILIES, bpe_from_gguf
 from kvroute.trace.pretokenize import AsciiWordEncoder, WordSplit, _space_by_space, ascii_regex
@@ -21,16 +23,27 @@ PIECES = [*"aZq09.,!?-_()'\n\t\r", "don't", "we'LL", "x's", " ", " ", "  ", "   
 ascii_texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 
 
+C_BUILT = native_c.load("asciiwords") is not None
+needs_c = pytest.mark.skipif(not C_BUILT, reason=f"asciiwords.c: {native_c.status()[1]}")
+
+
 @pytest.fixture(
-    scope="module", params=PRE_FAMILIES, ids=[names.split()[0] for _, names in PRE_FAMILIES]
+    scope="module",
+    params=[
+        pytest.param((pre, use_c), marks=[needs_c] if use_c else [])
+        for pre, _ in PRE_FAMILIES
+        for use_c in (False, True)
+    ],
+    ids=[f"{names.split()[0]}-{how}" for _, names in PRE_FAMILIES for how in ("py", "c")],
 )
 def family(request: pytest.FixtureRequest) -> tuple[Tokenizer, AsciiWordEncoder]:
-    """The default model's vocabulary and merges under each family's split."""
+    """The default model's vocabulary and merges under each family's split; the chunk
+    memo in Python, then in C."""
     meta = read_gguf_metadata(default_model_path())
-    pre = request.param[0]
+    pre, use_c = request.param
     tokenizer = bpe_from_gguf(meta, pre)
     split = WordSplit(pre.regex, pre.split_digits)
-    return tokenizer, AsciiWordEncoder(tokenizer, split)
+    return tokenizer, AsciiWordEncoder(tokenizer, split, use_c=use_c)
 
 
 @settings(max_examples=300, deadline=None)
@@ -89,3 +102,52 @@ def test_chat_like_text_equals_the_tokenizer(family: tuple[Tokenizer, AsciiWordE
     ]
     for text in texts * 2:
         assert _ids(encoder.encode(text)) == tokenizer.encode(text, add_special_tokens=False).ids
+
+
+@needs_c
+def test_c_chunk_memo_fills_and_bounds_as_python_does() -> None:
+    """Both memos hold the same chunks after the same texts, and a tiny bound (cleared
+    over and over) changes no ids."""
+    meta = read_gguf_metadata(default_model_path())
+    pre = PRE_FAMILIES[1][0]
+    tokenizer = bpe_from_gguf(meta, pre)
+    split = WordSplit(pre.regex, pre.split_digits)
+    py, c = (AsciiWordEncoder(tokenizer, split, use_c=use_c) for use_c in (False, True))
+    texts = [f"Say hello in a few words. Request {i}.{i * 7}." for i in range(50)]
+    texts += ["one two", " lead space x", "trail space x ", "two  spaces here", "tab\t here x"]
+    for text in texts:
+        assert _ids(c.encode(text)) == _ids(py.encode(text))
+    assert c._chunks == py._chunks and c._heads == py._heads and c._memo == py._memo
+    small = AsciiWordEncoder(tokenizer, split, max_words=6, use_c=True)
+    for text in texts:
+        assert _ids(small.encode(text)) == tokenizer.encode(text, add_special_tokens=False).ids
+        assert len(small._chunks) <= 6 + 8
+    assert c.encode("caf\u00e9 au lait") is None and c.encode("bell\x07 x y") is None
+
+
+@needs_c
+def test_c_chunk_memo_refuses_a_wrong_callback_result() -> None:
+    from kvroute.trace.pretokenize import _C
+
+    assert _C is not None
+    with pytest.raises(TypeError, match="must return bytes"):
+        _C.encode_chunks("a b c", {}, {}, lambda text: [1, 2], 100)
+    with pytest.raises(ZeroDivisionError):
+        _C.encode_chunks("a b c", {}, {}, lambda text: 1 / 0, 100)
+
+
+@needs_c
+@settings(max_examples=2000, deadline=None)
+@given(
+    text=st.text(alphabet="aZsStrevmld09'' \t\n\r.!-", max_size=24),
+    isolated_digits=st.booleans(),
+)
+def test_c_word_split_equals_the_ascii_regexes(text: str, isolated_digits: bool) -> None:
+    """The C scanner cuts words exactly where the ASCII regexes of GPT-2's two splits
+    do: contractions, optional leading spaces, digit runs or single digits, punctuation
+    runs, and whitespace runs before words, digits and the end."""
+    from kvroute.trace.pretokenize import _C, _GPT2_ISOLATED_DIGITS, GPT2_REGEX
+
+    assert _C is not None
+    regex = _GPT2_ISOLATED_DIGITS if isolated_digits else ascii_regex(GPT2_REGEX)
+    assert _C.split_words(text, isolated_digits) == re.findall(regex, text)

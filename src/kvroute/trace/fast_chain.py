@@ -1,0 +1,65 @@
+"""One prompt's chained block hashes, in C when built: the gateway's per-request hashing.
+
+:mod:`kvroute.trace.hashing` defines the hash and computes it with numpy, which is fast
+over a trace's many prompts and slow on one short prompt (a dozen array operations of
+a few microseconds each, whatever the prompt's length). ``chainhash.c`` beside this
+module computes the same values with a plain loop; :func:`block_hashes` uses it when
+its build is current (:mod:`kvroute.trace.native_c`) and numpy otherwise.
+``tests/trace/test_fast_chain.py`` checks both against :func:`prompt_block_hashes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvroute.trace import native_c
+from kvroute.trace.hashing import DEFAULT_SEED, chain_hashes, extend_chain
+
+_MODULE = native_c.load("chainhash")
+_NATIVE: Callable[[Any, int, int, bool], list[int]] | None = (
+    None if _MODULE is None else _MODULE.block_hashes
+)
+
+
+def active() -> bool:
+    """Whether :func:`block_hashes` runs the compiled copy in this process."""
+    return _NATIVE is not None
+
+
+def block_hashes(
+    tokens: npt.NDArray[np.integer],
+    block_size_tokens: int,
+    parent: int = DEFAULT_SEED,
+    *,
+    partial: bool = True,
+) -> list[int]:
+    """The chained hashes of ``tokens``' full blocks, continuing from ``parent`` (the
+    seed, for a whole prompt), then with ``partial`` the partial last block's: what
+    :func:`~kvroute.trace.writer.prompt_block_hashes` gives, as Python ints."""
+    if _NATIVE is not None:
+        try:
+            return _NATIVE(tokens, block_size_tokens, parent, partial)
+        except (BufferError, ValueError):  # a strided view: hash a contiguous copy (a bad
+            # block size raises again)
+            return _NATIVE(np.ascontiguousarray(tokens), block_size_tokens, parent, partial)
+    return numpy_block_hashes(tokens, block_size_tokens, parent, partial=partial)
+
+
+def numpy_block_hashes(
+    tokens: npt.NDArray[np.integer],
+    block_size_tokens: int,
+    parent: int = DEFAULT_SEED,
+    *,
+    partial: bool = True,
+) -> list[int]:
+    """:func:`block_hashes` with numpy (the fallback, and the tests' reference)."""
+    tokens = np.asarray(tokens)
+    out: list[int] = chain_hashes(tokens, block_size_tokens, parent).tolist()
+    tail = tokens[len(out) * block_size_tokens :]
+    if partial and tail.shape[0]:
+        out.append(extend_chain(out[-1] if out else parent, tail))
+    return out

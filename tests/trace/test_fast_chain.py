@@ -1,0 +1,112 @@
+"""The one-prompt block hash in C gives the trace writer's hashes, for every integer
+dtype, block size and parent; a missing, stale or disabled build falls back to numpy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvroute.trace import fast_chain, native_c
+from kvroute.trace.hashing import DEFAULT_SEED
+from kvroute.trace.writer import prompt_block_hashes
+
+needs_build = pytest.mark.skipif(
+    not fast_chain.active(), reason=f"chainhash.c: {native_c.status()[1]}"
+)
+
+DTYPES = [np.uint32, np.int64, np.uint64, np.int32, np.uint16, np.uint8, np.int8]
+
+
+@needs_build
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 120), max_size=300),
+    st.integers(1, 40),
+    st.sampled_from(DTYPES),
+    st.integers(0, 2**64 - 1),
+)
+def test_c_matches_the_trace_writer(
+    tokens: list[int], block_size: int, dtype: type, parent: int
+) -> None:
+    ids = np.array(tokens, dtype=dtype)
+    expected = prompt_block_hashes(ids, block_size).tolist()
+    assert fast_chain.block_hashes(ids, block_size) == expected
+    assert fast_chain.numpy_block_hashes(ids, block_size) == expected
+    full = len(tokens) // block_size
+    assert fast_chain.block_hashes(ids, block_size, partial=False) == expected[:full]
+    # From a parent: the same as the numpy chain from that seed.
+    assert fast_chain.block_hashes(ids, block_size, parent) == fast_chain.numpy_block_hashes(
+        ids, block_size, parent
+    )
+
+
+@needs_build
+def test_c_matches_on_real_sized_prompts_and_large_ids() -> None:
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 15, 16, 17, 4096, 10_001):
+        ids = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+        for block_size in (1, 16, 256):
+            assert fast_chain.block_hashes(ids, block_size) == (
+                prompt_block_hashes(ids, block_size).tolist()
+            )
+    negative = np.array([-1, -(2**40), 5], dtype=np.int64)  # wraps like astype(uint64)
+    assert fast_chain.block_hashes(negative, 2) == prompt_block_hashes(negative, 2).tolist()
+
+
+@needs_build
+def test_c_rejects_what_is_not_a_row_of_integers() -> None:
+    with pytest.raises(TypeError, match="1-D buffer of integers"):
+        fast_chain.block_hashes(np.zeros(4, dtype=np.float64), 2)
+    with pytest.raises(TypeError, match="1-D buffer of integers"):
+        fast_chain.block_hashes(np.zeros((2, 2), dtype=np.uint32), 2)
+    with pytest.raises(ValueError, match="block_size"):
+        fast_chain.block_hashes(np.zeros(4, dtype=np.uint32), 0)
+    # A strided view is copied, not refused.
+    ids = np.arange(40, dtype=np.uint32)
+    assert fast_chain.block_hashes(ids[::2], 4) == prompt_block_hashes(ids[::2], 4).tolist()
+
+
+def test_a_stale_or_disabled_build_is_not_used(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("KVROUTE_NATIVE", raising=False)
+    monkeypatch.setattr(native_c, "NATIVE_DIR", tmp_path)
+    assert native_c.status() == (False, "not built (run scripts/build-native)")
+    assert native_c.load("chainhash") is None
+    (tmp_path / native_c.STAMP).write_text(json.dumps({"digest": "older C sources"}))
+    assert native_c.status() == (
+        False,
+        "stale: the C sources changed since the build (run scripts/build-native)",
+    )
+    assert native_c.load("chainhash") is None
+    (tmp_path / native_c.STAMP).write_text(json.dumps({"digest": native_c.source_digest()}))
+    assert native_c.status() == (True, "compiled (C)")
+    assert native_c.load("chainhash") is None  # stamped, but no module in the folder
+    monkeypatch.setenv("KVROUTE_NATIVE", "0")
+    assert native_c.status() == (False, "disabled by KVROUTE_NATIVE=0")
+
+
+def test_a_current_build_is_loaded() -> None:
+    """When scripts/build-native has built the C modules, the process uses them."""
+    usable, why = native_c.status()
+    if not usable:
+        pytest.skip(f"C modules: {why}")
+    assert fast_chain.active()
+    assert all(native_c.load(name) is not None for name in native_c.MODULES)
+
+
+def test_the_numpy_fallback_chains_from_a_parent() -> None:
+    ids = np.arange(37, dtype=np.uint32)
+    whole = fast_chain.numpy_block_hashes(ids, 8)
+    # The chain is a prefix function: hashing the rest from the 2nd block's hash
+    # continues the same chain.
+    rest = fast_chain.numpy_block_hashes(ids[16:], 8, whole[1])
+    assert rest == whole[2:]
+    assert fast_chain.numpy_block_hashes(ids[:0], 8) == []
+    assert fast_chain.numpy_block_hashes(ids[:3], 8, partial=False) == []
+    assert fast_chain.numpy_block_hashes(ids[:3], 8)[0] != DEFAULT_SEED
