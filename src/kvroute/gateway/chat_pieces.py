@@ -36,10 +36,9 @@ Not thread-safe: one instance per thread.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import compress
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -202,14 +201,20 @@ class ChatPieces:
         """The pieces of ``messages``; ``known`` are those of its first messages."""
         memo = self._pieces
         start = len(known)
-        memo_keys = [(tools_key, i == 0, key) for i, key in enumerate(keys[start:], start)]
-        found = list(map(memo.get, memo_keys))
-        num_misses = found.count(None)
+        memo_keys: list[tuple[bytes | None, bool, object]] = []
+        out: list[Piece | None] = list(known)
+        num_misses = 0
+        for i in range(start, len(keys)):
+            memo_key = (tools_key, i == 0, keys[i])
+            memo_keys.append(memo_key)
+            found = memo.get(memo_key)
+            if found is None:
+                num_misses += 1
+            else:
+                memo.move_to_end(memo_key)  # the hits become the most recent entries
+            out.append(found)
         self.num_hits += len(keys) - num_misses
         self.num_misses += num_misses
-        # The hits become the most recent entries (in C: a warm conversation is mostly hits).
-        deque(map(memo.move_to_end, compress(memo_keys, found)), maxlen=0)
-        out: list[Piece | None] = [*known, *found]
         first = messages[0]
         if num_misses:
             head = out[0]

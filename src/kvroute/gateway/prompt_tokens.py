@@ -38,6 +38,7 @@ from kvroute.gateway.chat_pieces import ChatPieces, Piece
 from kvroute.trace.tokenizer import ChatTokenizer
 from kvroute.types import TokenIds
 
+_UINT32 = np.dtype(np.uint32)
 _SHORT_PIECE_CHARS = 16
 """Text between added tokens this short is memoised even inside a message's piece."""
 
@@ -52,6 +53,8 @@ class PromptTokens:
         self.max_pieces = max_pieces
         added = tokenizer.backend.get_added_tokens_decoder()
         self._special_ids = {t.content: i for i, t in added.items()}
+        self._special_starts = sorted({c[0] for c in self._special_ids if c})
+        """The first characters of the added tokens: text without any holds none."""
         self._special_packed = {
             content: np.array([i], dtype=np.uint32).tobytes()
             for content, i in self._special_ids.items()
@@ -133,12 +136,15 @@ class PromptTokens:
     def _join(self, pieces: Sequence[Piece]) -> TokenIds:
         """The ids of the pieces' text, from the pieces' own ids where every boundary
         is an added token (else by encoding the joined text)."""
-        if not all(p.starts_at_added_token for p in pieces[1:]):
-            return self.encode("".join(p.text for p in pieces))
         # One bytes join of the packed ids: several times cheaper than np.concatenate
         # over a conversation's pieces (a bytearray, so the array is writable as before).
-        ids = (self._prefix_packed, *(p.packed_ids for p in pieces), self._suffix_packed)
-        return np.frombuffer(bytearray().join(ids), dtype=np.uint32)
+        packed = [self._prefix_packed]
+        for i, piece in enumerate(pieces):
+            if i and not piece.starts_at_added_token:
+                return self.encode("".join([p.text for p in pieces]))
+            packed.append(piece.packed_ids)
+        packed.append(self._suffix_packed)
+        return np.frombuffer(bytearray().join(packed), dtype=_UINT32)
 
     def _piece(self, text: str) -> Piece:
         if self._split is None:
@@ -161,7 +167,7 @@ class PromptTokens:
             affix = self._affixes[key]
         else:
             affix = self._affixes[key] = self._affix_ids(before, after)
-        if affix is None or split.search(content) is not None:
+        if affix is None or (self._may_hold_added(content) and split.search(content) is not None):
             return self._piece(text)
         segment = affix.open_text + content + affix.close_text
         if segment:
@@ -173,6 +179,11 @@ class PromptTokens:
             packed = affix.head + affix.tail
         starts = affix.starts if before else split.match(text) is not None
         return Piece(text, packed, starts)
+
+    def _may_hold_added(self, text: str) -> bool:
+        """Whether ``text`` holds the first character of an added token (a substring
+        scan per character, cheaper than the added-token regex on text without any)."""
+        return any(start in text for start in self._special_starts)
 
     def _affix_ids(self, before: str, after: str) -> _AffixIds | None:
         """How ``before`` and ``after`` split around any content holding no added
