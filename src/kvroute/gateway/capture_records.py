@@ -21,6 +21,7 @@ JSON joined to the body part's, byte for byte what serialising the whole record 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -91,12 +92,16 @@ def capture_event(
     )
 
 
-class _BodyPart(NamedTuple):
+class _BodyPart:
     """What a body alone decides of its record, and that part's JSON (the object's
-    members after its opening brace: ``"turn":0,...,"hashes":[...]}``)."""
+    members after its opening brace: ``"turn":0,...,"hashes":[...]}``). A slotted
+    class: compiled, it is built without running Python (a named tuple's is not)."""
 
-    fields: dict[str, Any]
-    json_tail: bytes
+    __slots__ = ("fields", "json_tail")
+
+    def __init__(self, fields: dict[str, Any], json_tail: bytes) -> None:
+        self.fields = fields
+        self.json_tail = json_tail
 
 
 class CaptureRecords:
@@ -232,8 +237,8 @@ class CaptureRecords:
     def _event_fields(self, event: CaptureEvent) -> dict[str, Any]:
         """The event's part of its record (keys in the order the trace has them)."""
         rec: dict[str, Any] = {
-            "t": round(event.arrival_unix_s, 6),
-            "end_t": round(event.end_unix_s, 6),
+            "t": _to_micros(event.arrival_unix_s),
+            "end_t": _to_micros(event.end_unix_s),
             "status": event.status,
         }
         if event.session_id:
@@ -313,6 +318,13 @@ def _body_key(body: Mapping[str, Any]) -> bytes | None:
         return orjson.dumps(body)
     except orjson.JSONEncodeError:
         return None
+
+
+def _to_micros(unix_s: float) -> float:
+    """``unix_s`` to the microsecond, within 0.63 µs (the product's rounding error
+    aside, the nearest microsecond). ``round(unix_s, 6)``, always the nearest, goes
+    through a decimal string and cost 6 % of a new record's rendering."""
+    return math.floor(unix_s * 1e6 + 0.5) / 1e6
 
 
 def _entry_bytes(key: bytes, part: _BodyPart) -> int:

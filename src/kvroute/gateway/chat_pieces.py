@@ -39,7 +39,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import orjson
@@ -59,21 +59,28 @@ _PROBE_CONVERSATIONS: tuple[tuple[tuple[str, str], ...], ...] = (
 )
 
 
-class Piece(NamedTuple):
-    """One message's share of the prompt text, and its token ids (no BOS/EOS). A named
-    tuple: a new message makes one, and a frozen dataclass costs several times more
-    to build."""
+class Piece:
+    """One message's share of the prompt text, and its token ids (no BOS/EOS). A plain
+    class with slots: a new message makes one, and compiled (``gateway/native.py``) it
+    is built without running Python, where a named tuple's ``__new__`` runs as Python
+    code and a frozen dataclass costs several times more. Read-only by convention."""
 
-    text: str
-    packed_ids: bytes
-    """Its token ids as native uint32 (a prompt's ids are one ``bytes.join`` of these)."""
-    starts_at_added_token: bool
-    """The text begins with an added token, so its ids follow any text's ids unchanged."""
+    __slots__ = ("packed_ids", "starts_at_added_token", "text")
+
+    def __init__(self, text: str, packed_ids: bytes, starts_at_added_token: bool) -> None:
+        self.text = text
+        self.packed_ids = packed_ids
+        """Its token ids as native uint32 (a prompt's ids are one ``bytes.join`` of these)."""
+        self.starts_at_added_token = starts_at_added_token
+        """The text begins with an added token, so its ids follow any text's ids unchanged."""
 
     @property
     def ids(self) -> TokenIds:
         """The token ids (a read-only view of ``packed_ids``)."""
         return np.frombuffer(self.packed_ids, dtype=np.uint32)
+
+    def __repr__(self) -> str:
+        return f"Piece({self.text!r}, {len(self.packed_ids) // 4} ids)"
 
 
 # Contents a template might treat other than verbatim: whitespace it could trim, JSON
