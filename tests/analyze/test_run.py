@@ -54,6 +54,27 @@ def test_system_prompt_plus_unique_questions() -> None:
     assert (g.num_requests, g.start_tokens, g.prefix_tokens) == (n - 1, 0, 192)
     assert g.share_of_reuse == pytest.approx(1.0)  # 8 sub-block tokens credited to the same group
     assert r.verdict.level is VerdictLevel.RADIX_PAYS
+    # Every prompt carries the system prompt and nothing more of another's.
+    assert r.overlap.common_prefix_tokens == 200
+    assert r.overlap.share_requests_with_reuse == 0.0
+
+
+def test_requests_reusing_count_only_reuse_beyond_the_shared_template_head() -> None:
+    """A chat template's head (BOS + role header) starts every prompt; a request reuses a
+    prefix only when it shares more than that with an earlier one."""
+    rng = np.random.default_rng(1)
+    head = np.array([1, 7, 9], dtype=np.uint32)
+    docs = [rng.integers(100, 5000, size=40, dtype=np.uint32) for _ in range(2)]
+    prompts = []
+    for i in range(40):
+        question = rng.integers(5000, 9000, size=12, dtype=np.uint32)
+        # From request 28 on, prompts quote one of two documents; 30..39 quote one again.
+        body = [docs[i % 2], question] if i >= 28 else [np.array([10_000 + i]), question]
+        prompts.append(np.concatenate([head, *body]))
+    r = _analyze([_tok(p) for p in prompts])
+    assert r.overlap.common_prefix_tokens == 3
+    assert r.overlap.share_requests_with_reuse == pytest.approx(10 / 40)
+    assert any("3 tokens" in reason and "25.0 %" in reason for reason in r.verdict.reasons)
 
 
 def test_distinct_prompts_have_no_overlap_and_verdict_equivalent() -> None:
@@ -71,6 +92,14 @@ def test_overlap_equals_bruteforce(prompts: list[list[int]]) -> None:
     r = _analyze([_tok(a) for a in arrays], chunk_requests=4)
     lcps = lcp_tokens_bruteforce(arrays)
     assert r.overlap.reusable_tokens == sum(lcps)
+    common = 0
+    if len(arrays) > 1:  # the prefix of prompt 0 that every other prompt starts with
+        first = arrays[0]
+        common = min(lcp_tokens_bruteforce([first, a])[1] for a in arrays[1:])
+    assert r.overlap.common_prefix_tokens == common
+    assert r.overlap.share_requests_with_reuse == pytest.approx(
+        sum(x > common for x in lcps) / len(lcps)
+    )
     assert r.overlap.block_reusable_tokens == sum(e // 16 * 16 for e in lcps)
     # Group savings decompose the total reuse exactly.
     assert sum(g.tokens_saved for g in r.groups.top) <= r.overlap.reusable_tokens

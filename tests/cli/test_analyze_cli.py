@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from kvroute.cli.main import build_cli
+from kvroute.trace.records import Request, TokenPrompt
+from kvroute.trace.writer import TraceWriter
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -42,6 +45,8 @@ def test_analyze_writes_json_and_html(tmp_path: Path, sample: Path) -> None:
     assert result["trace"]["num_requests"] == 200 and result["trace"]["prompt_form"] == "tokens"
     ov = result["overlap"]
     assert 0 < ov["block_hit_ratio"] <= ov["hit_ratio"] < 1
+    # Every chat prompt starts with the template's head; the terminal names that threshold.
+    assert 0 < ov["common_prefix_tokens"] < 16 and "requests reusing more than that" in out
     # The agent system prompt is the biggest shared prefix, and it is shown as text.
     top = result["groups"]["top"][0]
     assert top["start_tokens"] == 0 and "support agent" in top["preview_head"]
@@ -151,3 +156,39 @@ def test_mooncake_trace_needs_no_tokenizer(tmp_path: Path) -> None:
     # An explicit size is taken at its word, 16 too (it was ignored as the default before).
     code, _, err = run("analyze", str(trace), "-q", "--block-size", "16")
     assert code == 3 and "3 blocks of 16 tokens cannot hold 1500 tokens" in err
+
+
+def _with_model(sample: Path, out: Path, model: str) -> Path:
+    lines = []
+    for line in sample.read_text().splitlines()[:20]:
+        rec = json.loads(line)
+        rec["request"]["model"] = model
+        lines.append(json.dumps(rec))
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
+def test_warns_once_when_the_trace_is_for_another_model(tmp_path: Path, sample: Path) -> None:
+    trace = _with_model(sample, tmp_path / "gpt.jsonl", "gpt-4o")
+    code, out, err = run("analyze", str(trace), "--json", "-", "-q", "--workers", "1")
+    assert code == 0 and json.loads(out)["trace"]["models"] == {"gpt-4o": 20}
+    (line,) = err.splitlines()
+    assert line.startswith("warning: token counts come from tokenizer SmolLM2-135M-Instruct")
+    assert "gpt-4o (20 requests)" in line and "--tokenizer PATH" in line
+
+
+def test_no_model_warning_when_names_match_or_nothing_is_tokenized(
+    tmp_path: Path, sample: Path
+) -> None:
+    trace = _with_model(sample, tmp_path / "hf.jsonl", "HuggingFaceTB/SmolLM2-135M-Instruct")
+    code, _, err = run("analyze", str(trace), "--json", "-", "-q", "--workers", "1")
+    assert code == 0 and "warning" not in err
+    # A hash-only trace naming another model: nothing is tokenized, nothing to warn about.
+    hashed = tmp_path / "hashed.jsonl"
+    with TraceWriter(hashed, block_size_tokens=16) as w:
+        for i in range(4):
+            ids = np.arange(i, i + 40, dtype=np.uint32)
+            w.append(Request(prompt=TokenPrompt(ids), model="gpt-4o", arrival_s=float(i)))
+    code, out, err = run("analyze", str(hashed), "--json", "-", "-q")
+    assert code == 0 and json.loads(out)["trace"]["models"] == {"gpt-4o": 4}
+    assert "warning" not in err

@@ -145,3 +145,43 @@ def test_sigint_drains_too_and_a_second_one_cuts_the_drain(
     assert stopped_s < 5  # not the 120 s drain timeout, nor the 50 s stream
     assert stream.lines[-1] == "<connection cut>"
     assert "second signal: cutting 1 requests now" in (tmp_path / "stderr.txt").read_text()
+
+
+def _serve_with_grace(tmp_path: Path, fake: FakeUpstream, grace_s: float) -> tuple[Path, int]:
+    port = free_port()
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        f"listener: {{port: {port}, drain_timeout_s: 120, drain_grace_s: {grace_s}}}\n"
+        f"backends: [{{name: f1, url: '{fake.url}', engine: vllm}}]\n"
+        "health: {interval_s: 60}\n"
+    )
+    return path, port
+
+
+def test_drain_grace_keeps_ready_503_though_nothing_is_in_progress(
+    tmp_path: Path, fake: FakeUpstream
+) -> None:
+    path, port = _serve_with_grace(tmp_path, fake, 1.5)
+    url = f"http://127.0.0.1:{port}"
+    with serve_subprocess(path, port, "--quiet") as proc:
+        assert httpx.get(f"{url}/ready").status_code == 200
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        ready, health, new = probe_during_drain(url, "m")
+        assert proc.wait(10) == 0
+        stopped_s = time.monotonic() - started
+    assert (ready.status_code, health.status_code, new.status_code) == (503, 200, 503)
+    assert 1.5 <= stopped_s < 5
+
+
+def test_a_second_signal_cuts_the_drain_grace(tmp_path: Path, fake: FakeUpstream) -> None:
+    path, port = _serve_with_grace(tmp_path, fake, 60)
+    with serve_subprocess(path, port, "--quiet") as proc:
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.poll() is None  # still in its grace
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        assert time.monotonic() - started < 5

@@ -65,7 +65,13 @@ class Overlap:
     block_hit_ratio: float
     """Same, counting whole blocks only (vLLM-style paged reuse; the gateway's live
     overlap): never a partial last block."""
+    common_prefix_tokens: int
+    """Length of the prefix every prompt of the trace shares (the LCP of all prompts; 0
+    for fewer than two requests): the chat template's head, a system prompt every
+    request carries. Reused by every request, so it says nothing about which reuse."""
     share_requests_with_reuse: float
+    """Requests whose LCP with an earlier request is longer than
+    ``common_prefix_tokens``: they reuse more than every prompt shares anyway."""
     per_request_hit: Distribution
     """Per request: matched prefix / prompt length."""
     lcp_tokens: Distribution

@@ -155,6 +155,9 @@ def _overlap(acc: Accumulators, prompt_len: npt.NDArray[np.float64]) -> Overlap:
     block_reusable = int(np.sum(cols.lcp_blocks_tokens))
     per_req = np.divide(lcp, prompt_len, out=np.zeros_like(lcp), where=prompt_len > 0)
     reported = int(np.sum(cols.reported)) if cols.reported else None
+    # LCP is an ultrametric (lcp(a, c) >= min(lcp(a, b), lcp(b, c))), so the smallest
+    # per-request LCP after the first request is the LCP of all prompts.
+    common = int(lcp[1:].min()) if lcp.size > 1 else 0
     return Overlap(
         granularity=acc.mode,
         prompt_tokens=total,
@@ -163,7 +166,8 @@ def _overlap(acc: Accumulators, prompt_len: npt.NDArray[np.float64]) -> Overlap:
         block_size_tokens=acc.block_size_tokens,
         block_reusable_tokens=block_reusable,
         block_hit_ratio=block_reusable / total if total else 0.0,
-        share_requests_with_reuse=float(np.mean(lcp > 0)),
+        common_prefix_tokens=common,
+        share_requests_with_reuse=float(np.mean(lcp > common)),
         per_request_hit=describe(per_req, bins=np.linspace(0, 1, 11)),
         lcp_tokens=describe(lcp, log_bins=True),
         lcp_share=describe(per_req, bins=np.linspace(0, 1, 21)),

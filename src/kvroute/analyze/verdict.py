@@ -75,9 +75,7 @@ def verdict_for(
             f"{_pct(cont)} of a follow-up prompt is the previous turn (multi-turn reuse favours caches that "
             "keep finished requests)."
         )
-    reasons.append(
-        f"{_pct(overlap.share_requests_with_reuse)} of requests reuse at least one token of an earlier prefix."
-    )
+    reasons.append(_reuse_reason(overlap))
     if shape.concurrency is not None and shape.concurrency.p90 > LLAMACPP_MAX_USERS:
         reasons.append(
             f"p90 concurrency is {shape.concurrency.p90:.0f} requests, above the ~{LLAMACPP_MAX_USERS} "
@@ -89,3 +87,15 @@ def verdict_for(
             f"against an ideal {_pct(hit)}."
         )
     return Verdict(level, headline, reasons)
+
+
+def _reuse_reason(overlap: Overlap) -> str:
+    """How many requests reuse more than the prefix every prompt shares anyway."""
+    share = _pct(overlap.share_requests_with_reuse)
+    common = overlap.common_prefix_tokens
+    if not common:
+        return f"{share} of requests reuse a prefix of an earlier request."
+    return (
+        f"Every prompt starts with the same {common:,} tokens (chat template head, common "
+        f"system prompt); {share} of requests reuse more than that of an earlier request."
+    )

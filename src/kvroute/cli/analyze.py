@@ -13,6 +13,7 @@ import orjson
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from kvroute.analyze.model_names import mismatched_models
 from kvroute.analyze.result import AnalysisResult
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
 from kvroute.cli.console import make_console
@@ -131,6 +132,7 @@ def analyze_cmd(
             if stats.first_problems
             else ""
         )
+    _warn_tokenizer_mismatch(result)
     if not quiet:
         from kvroute.report.analyze_console import render_console
 
@@ -150,6 +152,26 @@ def analyze_cmd(
         emit_page(html_path, analysis_page(result, datetime.now(UTC)))
         if html_path != STDOUT and not quiet:
             console.print(f"wrote {html_path}")
+
+
+def _warn_tokenizer_mismatch(result: AnalysisResult) -> None:
+    """One line on stderr when the trace's requests name models the tokenizer does not
+    plausibly belong to: its token counts are then not the engine's."""
+    tokenizer = result.trace.tokenizer
+    if tokenizer is None:  # hash-only or pre-tokenized: nothing was tokenized here
+        return
+    other = mismatched_models(tokenizer, result.trace.models)
+    if not other:
+        return
+    named = ", ".join(f"{m} ({n:,} requests)" for m, n in list(other.items())[:3])
+    more = f" and {len(other) - 3} more" if len(other) > 3 else ""
+    click.secho(
+        f"warning: token counts come from tokenizer {tokenizer}, but the trace's requests "
+        f"are for {named}{more}; pass the model's tokenizer with --tokenizer PATH "
+        "(a .gguf file or a Hugging Face tokenizer directory)",
+        fg="yellow",
+        err=True,
+    )
 
 
 def _analyze(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from kvroute.gateway.app import ACCESS_LOGGER, Gateway
 from kvroute.gateway.auth import hash_key
 from kvroute.gateway.capture import check_capture_directory
 from kvroute.gateway.config import GatewayConfig, ListenerConfig, load_config
+from kvroute.gateway.logs import log_json_lines
 from kvroute.gateway.service import serve_until_signalled
 from kvroute.gateway.zeroconfig import config_from_records
 
@@ -73,48 +74,54 @@ def serve_cmd(
         click.echo(hash_key(key))
         return
     config = _config(config_path, state_dir)
-    listen_host, listen_port = _preflight(config, host, port)
     if check:
+        listen_host, listen_port = _preflight(config, host, port, _warn_plain)
         click.echo(
             f"ok: {len(config.backends)} backends, {len(config.routes)} routes, "
             f"{len(config.keys)} keys, listening on {listen_host}:{listen_port}"
         )
         return
-    logging.basicConfig(
-        level=logging.WARNING if quiet else logging.INFO,
-        format="%(message)s",
-        stream=sys.stderr,
-    )
+    # From here on stderr is the gateway's log stream: JSON lines only (logs.py).
+    log_json_lines(sys.stderr, logging.WARNING if quiet else logging.INFO)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # health probes are not news
     if no_access_log:
         logging.getLogger(ACCESS_LOGGER).setLevel(logging.WARNING)
+    logger = logging.getLogger("kvroute.gateway")
+    listen_host, listen_port = _preflight(config, host, port, lambda m: logger.warning("%s", m))
     gateway = Gateway(config, config_path=config_path)
 
     def listening(bound: int) -> None:
-        click.echo(
-            f"kvroute gateway on http://{listen_host}:{bound}/v1 "
-            f"({len(config.backends)} backends, {len(config.routes)} routes)",
-            err=True,
+        logger.info(
+            "kvroute gateway on http://%s:%d/v1 (%d backends, %d routes)",
+            listen_host,
+            bound,
+            len(config.backends),
+            len(config.routes),
         )
 
     _run(serve_until_signalled(gateway, host=listen_host, port=listen_port, on_listening=listening))
 
 
-def _preflight(config: GatewayConfig, host: str | None, port: int | None) -> tuple[str, int]:
+def _preflight(
+    config: GatewayConfig, host: str | None, port: int | None, warn: Callable[[str], None]
+) -> tuple[str, int]:
     """What --check and serving share: the listen address after the --host/--port
-    overrides, the capture directory (created and checked), the open-bind warning."""
+    overrides, the capture directory (created and checked), the open-bind warning
+    (given to ``warn``: a plain line for --check, a log record when serving)."""
     listen_host = host or config.listener.host
     listen_port = config.listener.port if port is None else port
     if config.capture.enabled:
         check_capture_directory(config.capture, config.source)
     if listen_host not in _LOOPBACK and not config.keys:
-        click.secho(
-            f"warning: listening on {listen_host} with no API keys: anyone who can reach "
-            "it can use your backends",
-            fg="yellow",
-            err=True,
+        warn(
+            f"listening on {listen_host} with no API keys: anyone who can reach "
+            "it can use your backends"
         )
     return listen_host, listen_port
+
+
+def _warn_plain(message: str) -> None:
+    click.secho(f"warning: {message}", fg="yellow", err=True)
 
 
 def _config(config_path: Path | None, state_dir: Path | None) -> GatewayConfig:

@@ -186,13 +186,15 @@ class Gateway:
         return self.server.port
 
     async def stop(self, drain_timeout_s: float | None = None) -> int:
-        """Graceful stop: refuse new connections, let streams in progress finish (up to
-        the drain timeout), then close everything. Returns how many requests were cut."""
+        """Graceful stop: refuse new work, keep answering probes for the drain grace and
+        while streams in progress finish (up to the drain timeout), then close
+        everything. Returns how many requests were cut."""
         cut = 0
         if self.server is not None:
-            timeout = self._state.config.listener.drain_timeout_s
+            listener = self._state.config.listener
             cut = await self.server.shutdown(
-                timeout if drain_timeout_s is None else drain_timeout_s
+                listener.drain_timeout_s if drain_timeout_s is None else drain_timeout_s,
+                listener.drain_grace_s,
             )
         await self.health.stop()
         await self.mirror.aclose()

@@ -37,6 +37,9 @@ class ListenerConfig:
     port: int = 8000
     max_body_bytes: int = 4 * 1024 * 1024
     drain_timeout_s: float = 30.0
+    drain_grace_s: float = 0.0
+    """SIGTERM: /ready answers 503 at least this long before the listener closes, even
+    with nothing in progress, so load balancers stop sending traffic first."""
     access_log: bool = True
     route_headers: bool = True
     """Answer with ``x-kvroute-backend`` / ``x-kvroute-class`` headers."""

@@ -113,7 +113,8 @@ class ConfigNode:
 
     def fields(self, cls: type, *, positive: bool = False) -> dict[str, Any]:
         """The keys of a flat section whose dataclass ``cls`` gives names, types
-        (from the defaults) and defaults; numbers must be > 0 when ``positive``."""
+        (from the defaults) and defaults; numbers must be > 0 when ``positive`` (>= 0
+        where the default is 0: off)."""
         defaults = {name: getattr(cls(), name) for name in cls.__dataclass_fields__}  # type: ignore[attr-defined]
         self.check_keys(*defaults)
         out: dict[str, Any] = {}
@@ -134,10 +135,10 @@ class ConfigNode:
                 positive
                 and isinstance(value, int | float)
                 and not isinstance(value, bool)
-                and value <= 0
+                and (value < 0 if default == 0 else value <= 0)
                 and key != "port"
             ):
-                raise self.error("must be > 0", key)
+                raise self.error("must be >= 0" if default == 0 else "must be > 0", key)
             out[key] = value
         return out
 

@@ -33,7 +33,8 @@ class ObserveMiddleware:
     """Metrics and the structured access log, once per request, at its very end.
 
     The log line has ids, route, timings and token counts; never prompt or completion
-    text (nothing of the body is logged).
+    text (nothing of the body is logged). It is one JSON object with the ``ts``,
+    ``level`` and ``logger`` every line of the gateway's log stream has (logs.py).
     """
 
     def __init__(
@@ -67,6 +68,8 @@ class ObserveMiddleware:
         if self.log_enabled() and self.logger.isEnabledFor(logging.INFO):
             line = {
                 "ts": round(time.time(), 3),
+                "level": "info",
+                "logger": self.logger.name,
                 "request_id": ctx.request_id,
                 "method": request.method,
                 "path": request.path,

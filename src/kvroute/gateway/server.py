@@ -315,6 +315,8 @@ class HttpServer:
         self._id_prefix = uuid.uuid4().hex[:12]
         self._num_requests = 0
         self._idle_waiters: list[asyncio.Future[None]] = []
+        self._grace_waiters: list[asyncio.Future[None]] = []
+        self._drain_cut = False
         self._on_rejected = on_rejected
 
     def next_request_id(self) -> str:
@@ -346,27 +348,28 @@ class HttpServer:
 
     def notify_idle(self) -> None:
         if self.num_active == 0:
-            self.end_drain()
+            _wake(self._idle_waiters)
 
-    async def shutdown(self, drain_timeout_s: float) -> int:
+    async def shutdown(self, drain_timeout_s: float, grace_s: float = 0.0) -> int:
         """Drain, then close. Returns how many requests were cut.
 
-        The listener stays open while requests in progress (streams too) finish, for
-        up to ``drain_timeout_s``: load balancers and probes still get answers (the
-        handler sees :attr:`draining`: /ready says 503, new completions 503), every
-        answer closes its connection, and idle keep-alive connections are closed
-        now. Then the listener closes and whatever is still running is cut.
-        :meth:`end_drain` ends the wait early.
+        The listener stays open for at least ``grace_s`` (so load balancers see /ready
+        turn 503 even when nothing is in progress) and while requests in progress
+        (streams too) finish, for up to ``max(grace_s, drain_timeout_s)`` in all: load
+        balancers and probes still get answers (the handler sees :attr:`draining`:
+        /ready says 503, new completions 503), every answer closes its connection, and
+        idle keep-alive connections are closed now. Then the listener closes and
+        whatever is still running is cut. :meth:`end_drain` ends the wait early.
         """
         self.draining = True
-        self.drain_started_s = time.monotonic()
+        started = self.drain_started_s = time.monotonic()
         for conn in list(self.connections):
             conn.close_if_idle()
-        if self.num_active:
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._idle_waiters.append(fut)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(fut, drain_timeout_s)
+        if grace_s > 0 and not self._drain_cut:
+            await _wait(self._grace_waiters, grace_s)
+        left_s = drain_timeout_s - (time.monotonic() - started)
+        if self.num_active and not self._drain_cut and left_s > 0:
+            await _wait(self._idle_waiters, left_s)
         if self._server is not None:
             self._server.close()
         cut = self.num_active
@@ -381,8 +384,23 @@ class HttpServer:
         return self.drain_started_s is not None and request.received_s >= self.drain_started_s
 
     def end_drain(self) -> None:
-        """Stop waiting for requests in progress: :meth:`shutdown` cuts them now."""
-        waiters, self._idle_waiters = self._idle_waiters, []
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        """Stop waiting (the grace, requests in progress): :meth:`shutdown` cuts now."""
+        self._drain_cut = True
+        _wake(self._idle_waiters)
+        _wake(self._grace_waiters)
+
+
+async def _wait(waiters: list[asyncio.Future[None]], timeout_s: float) -> None:
+    """Until one of ``waiters``' owners wakes it (:func:`_wake`) or ``timeout_s``."""
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    waiters.append(fut)
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(fut, timeout_s)
+
+
+def _wake(waiters: list[asyncio.Future[None]]) -> None:
+    pending = list(waiters)
+    waiters.clear()
+    for fut in pending:
+        if not fut.done():
+            fut.set_result(None)

@@ -67,6 +67,13 @@ async def serve_until_signalled(
     try:
         await stop.wait()
         in_progress = gateway.server.num_active if gateway.server is not None else 0
+        grace_s = gateway.state.config.listener.drain_grace_s
+        if grace_s and not in_progress:
+            logger.info(
+                "draining: /ready answers 503 for %g s before the listener closes "
+                "(signal again to stop now)",
+                grace_s,
+            )
         if in_progress:
             logger.info(
                 "draining: %d requests in progress may finish within %g s "

@@ -51,7 +51,8 @@ def _overlap_rows(r: AnalysisResult) -> list[tuple[str, str]]:
     rows = [(f"prefix overlap ({k})", fmt.percent(x)) for k, x in ov.figures()]
     rows[0] = (rows[0][0], f"[bold]{rows[0][1]}[/]")  # the trace's own figure, the verdict's
     rows += [
-        ("requests reusing a prefix", fmt.percent(ov.share_requests_with_reuse)),
+        ("prefix every prompt shares", f"{fmt.tokens(ov.common_prefix_tokens)} tokens"),
+        ("requests reusing more than that", fmt.percent(ov.share_requests_with_reuse)),
         (
             "LCP with earlier, p50 / p90",
             f"{_opt(ov.lcp_tokens.p50)} / {_opt(ov.lcp_tokens.p90)} tokens",

@@ -70,6 +70,18 @@ def _tok(v: float | None) -> str:
     return "n/a" if v is None else fmt.tokens(v)
 
 
+def _requests_reusing(r: AnalysisResult) -> str:
+    """The share of requests reusing a prefix, and the threshold it counts from."""
+    ov = r.overlap
+    share = fmt.percent(ov.share_requests_with_reuse)
+    if not ov.common_prefix_tokens:
+        return f"{share} of requests reuse a prefix of an earlier one."
+    return (
+        f"Every prompt starts with the same {_tok(ov.common_prefix_tokens)} tokens (chat "
+        f"template head, common system prompt); {share} of requests reuse more than that."
+    )
+
+
 def _lead(r: AnalysisResult) -> list[Block]:
     ov, tr = r.overlap, r.trace
     lead: list[Block] = [
@@ -109,8 +121,8 @@ def _overlap_section(r: AnalysisResult) -> Section:
         "Prefix overlap",
         [
             Paragraph(
-                f"{fmt.percent(ov.hit_ratio)} of prompt tokens repeat a prefix seen earlier; "
-                f"{fmt.percent(ov.share_requests_with_reuse)} of requests reuse something. "
+                f"{fmt.percent(ov.hit_ratio)} of prompt tokens repeat a prefix seen earlier. "
+                f"{_requests_reusing(r)} "
                 f"The median request shares {_tok(ov.lcp_tokens.p50)} tokens "
                 f"({fmt.percent(ov.lcp_share.p50 or 0)} of its prompt) with an earlier one; p90 {_tok(ov.lcp_tokens.p90)}."
             ),
