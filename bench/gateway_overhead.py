@@ -62,6 +62,7 @@ from gateway_load import (
     _wait_port,
 )
 from gateway_stub import _run_gateway, _run_stub
+from kvroute.gateway.capture import CaptureConfig
 
 # gateway_peers.py and gateway_rollout.py import these from here.
 __all__ = [
@@ -81,10 +82,17 @@ __all__ = [
 
 
 def _gateway_config(
-    tmp: Path, name: str, port: int, stub_port: int, capture: bool, cache_aware: bool = False
+    tmp: Path,
+    name: str,
+    port: int,
+    stub_port: int,
+    capture: bool,
+    cache_aware: bool = False,
+    flush_interval_s: float | None = None,
 ) -> Path:
     """One stub backend; with ``cache_aware``, two (the same stub under two names) behind
     a ``cache_aware`` route, so every prompt is tokenized to route it."""
+    flush = "" if flush_interval_s is None else f", flush_interval_s: {flush_interval_s}"
     backends = [
         f"  - {{name: stub, url: 'http://{HOST}:{stub_port}', engine: vllm, models: [stub]}}\n"
     ]
@@ -96,7 +104,7 @@ def _gateway_config(
         "backends:\n" + "".join(backends) + "health: {interval_s: 5, scrape_counters: false}\n"
         "limits: {max_in_flight: 4096, max_queue: 4096}\n"
         + ("routes:\n  - {name: all, pool: default, policy: cache_aware}\n" if cache_aware else "")
-        + (f"capture: {{directory: '{tmp / name}'}}\n" if capture else "")
+        + (f"capture: {{directory: '{tmp / name}'{flush}}}\n" if capture else "")
     )
     return config
 
@@ -125,7 +133,17 @@ def _capture_compare(args: argparse.Namespace) -> None:
         name: ctx.Process(
             target=_run_gateway,
             args=(
-                str(_gateway_config(tmp, name, port, stub_port, name == "on", args.cache_aware)),
+                str(
+                    _gateway_config(
+                        tmp,
+                        name,
+                        port,
+                        stub_port,
+                        name == "on",
+                        args.cache_aware,
+                        args.flush_interval,
+                    )
+                ),
                 gw_cpu,
             ),
             daemon=True,
@@ -161,7 +179,8 @@ def _capture_compare(args: argparse.Namespace) -> None:
                     bodies or None,
                 )
             )
-            time.sleep(0.5)  # the capture worker's last batches (flush interval 0.2 s)
+            # The capture worker's last batches (it wakes every flush interval).
+            time.sleep(0.3 + (args.flush_interval or CaptureConfig().flush_interval_s))
             cpu_us: dict[str, float] = {}
             threads_us: dict[str, dict[str, float]] = {}
             for name, target in (("on", "gateway"), ("off", "direct")):
@@ -196,6 +215,7 @@ def _capture_compare(args: argparse.Namespace) -> None:
             "seconds": args.seconds,
             "system_chars": args.system_chars,
             "distinct_prompts": args.distinct_prompts,
+            "flush_interval_s": args.flush_interval,
             "cache_aware": args.cache_aware,
             "capture_build": _capture_build(),
             "runs": runs,
@@ -241,6 +261,12 @@ def main() -> None:
         action="store_true",
         help="with --capture-compare: both gateways route by a cache_aware route over two "
         "stub backends, so prompts are tokenized for routing (capture reuses those ids)",
+    )
+    parser.add_argument(
+        "--flush-interval",
+        type=float,
+        default=None,
+        help="capture's flush_interval_s (default: the gateway's own)",
     )
     parser.add_argument(
         "--out", default=str(Path(__file__).with_name("gateway_overhead_results.json"))
