@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,22 +78,15 @@ def _build_c(*, force: bool) -> int:
         for source in native_c.SOURCES:
             shutil.copy2(source, work / source.name)
         setup = SETUP_C.format(names=list(native_c.MODULES))
-        (work / "setup_trace_c.py").write_text(setup)
-        done = subprocess.run(
-            [sys.executable, "setup_trace_c.py"],
-            cwd=work,
-            capture_output=True,
-            text=True,
-            check=False,
+        built = _run_setup(
+            work,
+            setup,
+            lambda: sorted(work.glob("*.so")),
+            len(native_c.MODULES),
+            "kvroute.trace's C modules did not build (see above); kvroute uses their Python "
+            "and numpy versions",
         )
-        built = sorted(work.glob("*.so"))
-        if done.returncode != 0 or len(built) != len(native_c.MODULES):
-            sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
-            print(
-                "[build-native] error: kvroute.trace's C modules did not build (see above); "
-                "kvroute uses their Python and numpy versions",
-                file=sys.stderr,
-            )
+        if built is None:
             return 1
         _install(built, native_c.NATIVE_DIR, {"digest": digest, "modules": list(native_c.MODULES)})
     print(
@@ -100,6 +94,29 @@ def _build_c(*, force: bool) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _run_setup(
+    work: Path, setup: str, outputs: Callable[[], list[Path]], expected: int, failed: str
+) -> list[Path] | None:
+    """Run a setuptools ``setup`` script in ``work``; the built extension modules, or
+    None (after printing the build's output and ``failed``) when there are fewer than
+    ``expected`` of them."""
+    (work / "setup_build.py").write_text(setup)
+    done = subprocess.run(
+        [sys.executable, "setup_build.py"],
+        cwd=work,
+        env={**os.environ, "MYPYPATH": str(work)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    built = outputs()
+    if done.returncode == 0 and len(built) >= expected:
+        return built
+    sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+    print(f"[build-native] error: {failed}", file=sys.stderr)
+    return None
 
 
 def _install(built: list[Path], native_dir: Path, stamp: dict[str, object]) -> None:
@@ -138,27 +155,14 @@ def _build(native: NativeGroup, *, force: bool) -> int:
             ignore=shutil.ignore_patterns("_native", "__pycache__"),
         )
         files = [f"kvroute/{package}/{m}.py" for m in native.compiled]
-        (work / "setup_native.py").write_text(SETUP.format(files=files, group=native.group))
-        env = {**os.environ, "MYPYPATH": str(work)}
-        done = subprocess.run(
-            [sys.executable, "setup_native.py"],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
+        built = _run_setup(
+            work,
+            SETUP.format(files=files, group=native.group),
+            lambda: sorted((work / "kvroute" / package).glob("*.so")),
+            len(native.compiled),
+            "the build failed (see above); kvroute keeps using the Python sources",
         )
-        if done.returncode != 0:
-            sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
-            print(
-                "[build-native] error: the build failed (see above); kvroute keeps using "
-                "the Python sources",
-                file=sys.stderr,
-            )
-            return 1
-        built = sorted((work / "kvroute" / package).glob("*.so"))
-        if not built:
-            print("[build-native] error: mypyc produced no extension modules", file=sys.stderr)
+        if built is None:
             return 1
         _install(built, native.native_dir, {"digest": digest, "modules": list(native.compiled)})
     if native.source_digest() != digest:

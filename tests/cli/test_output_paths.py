@@ -188,19 +188,7 @@ def test_a_write_that_fails_is_one_line_and_the_device_stays(tmp_path: Path) -> 
 def test_piped_tables_keep_every_column(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Off a terminal rich would lay tables out at 80 columns and drop the last one."""
     monkeypatch.delenv("COLUMNS", raising=False)
-    trace = tmp_path / "mooncake.jsonl"
-    lines = [
-        json.dumps(
-            {
-                "timestamp": i * 100,
-                "input_length": 1500,
-                "output_length": 8,
-                "hash_ids": [1, 2, 10 + i],
-            }
-        )
-        for i in range(40)
-    ]
-    trace.write_text("\n".join(lines) + "\n")
+    trace = mooncake_trace(tmp_path / "mooncake.jsonl")
     code, piped, err = run("simulate", str(trace), "--capacity-tokens", "4k")
     assert code == 0, err
     monkeypatch.setenv("COLUMNS", "300")

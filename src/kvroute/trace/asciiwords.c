@@ -49,6 +49,18 @@ static PyObject *call_encode(PyObject *encode_words, PyObject *text) {
     return out;
 }
 
+/* The ``n`` bytes objects of ``parts`` (``total`` bytes in all) joined. */
+static PyObject *join_bytes(PyObject *const *parts, Py_ssize_t n, Py_ssize_t total) {
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    char *at = PyBytes_AS_STRING(out);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        memcpy(at, PyBytes_AS_STRING(parts[k]), PyBytes_GET_SIZE(parts[k]));
+        at += PyBytes_GET_SIZE(parts[k]);
+    }
+    return out;
+}
+
 PyDoc_STRVAR(encode_chunks_doc,
 "encode_chunks(text, heads, chunks, encode_words, max_words) -> bytes | None\n\n"
 "AsciiWordEncoder.encode_packed: None when ``text`` is not plain ASCII, else its packed\n"
@@ -107,14 +119,7 @@ static PyObject *encode_chunks(PyObject *self, PyObject *args) {
         total += PyBytes_GET_SIZE(ids);
         start = end + 1;
     }
-    out = PyBytes_FromStringAndSize(NULL, total);
-    if (out != NULL) {
-        char *at = PyBytes_AS_STRING(out);
-        for (Py_ssize_t k = 0; k < num_found; k++) {
-            memcpy(at, PyBytes_AS_STRING(found[k]), PyBytes_GET_SIZE(found[k]));
-            at += PyBytes_GET_SIZE(found[k]);
-        }
-    }
+    out = join_bytes(found, num_found, total);
 done:
     for (Py_ssize_t k = 0; k < num_found; k++) Py_DECREF(found[k]);
     if (found != stack) PyMem_Free(found);
@@ -219,14 +224,7 @@ static PyObject *encode_words(PyObject *self, PyObject *args) {
         found[num_found++] = ids;
         total += PyBytes_GET_SIZE(ids);
     }
-    out = PyBytes_FromStringAndSize(NULL, total);
-    if (out != NULL) {
-        char *at = PyBytes_AS_STRING(out);
-        for (Py_ssize_t k = 0; k < num_found; k++) {
-            memcpy(at, PyBytes_AS_STRING(found[k]), PyBytes_GET_SIZE(found[k]));
-            at += PyBytes_GET_SIZE(found[k]);
-        }
-    }
+    out = join_bytes(found, num_found, total);
 done:
     for (Py_ssize_t k = 0; k < num_found; k++) Py_DECREF(found[k]);
     if (big) {
