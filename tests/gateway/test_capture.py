@@ -170,6 +170,37 @@ def test_full_queue_drops_and_counts(tmp_path: Path, tokenizer: ChatTokenizer) -
     assert sum(1 for _ in read_trace(captured_files(tmp_path)[0])) == 2
 
 
+@pytest.mark.parametrize("words", ["Same words.", "Same long words. " * 100], ids=["short", "long"])
+def test_bodies_alike_but_for_one_field_do_not_share_a_memo_entry(
+    tokenizer: ChatTokenizer, words: str
+) -> None:
+    """The memo keys a body by its JSON, or with long messages by its messages and the
+    JSON of everything else: the same messages with tools, a response format, a
+    message name or another role are other entries, each with the record that body
+    gives alone."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}}}
+    bodies: list[dict[str, Any]] = [
+        {"model": "m", "messages": [{"role": "user", "content": words}]},
+        {"model": "m", "messages": [{"role": "user", "content": words}], "tools": [tool]},
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": words}],
+            "response_format": {"type": "json_object"},
+        },
+        {"model": "m", "messages": [{"role": "user", "content": words, "name": "x"}]},
+        {"model": "m", "messages": [{"role": "system", "content": words}]},
+        {"model": "m", "messages": [{"content": words, "role": "user"}], "user": "u"},
+    ]
+    events = [event(orjson.loads(orjson.dumps(b))) for b in bodies * 3]
+    made = CaptureRecords(PromptTokens(tokenizer), block_size_tokens=16, include_text=False)
+    records = made.records(events)
+    for ev, rec in zip(events, records, strict=True):
+        assert rec == capture_record(
+            ev, PromptTokens(tokenizer), block_size_tokens=16, include_text=False
+        )
+    assert made.num_body_hits == 2 * len(bodies)  # each body's 2nd and 3rd sighting
+
+
 def test_repeated_bodies_come_from_the_memo_byte_for_byte(
     tmp_path: Path, tokenizer: ChatTokenizer
 ) -> None:

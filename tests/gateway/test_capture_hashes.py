@@ -24,8 +24,8 @@ ONE_BY_ONE = [
 def test_prefix_reuse_gives_the_writers_hashes(block_size_tokens: int, one_by_one: bool) -> None:
     """Prompts that start like earlier ones (cut anywhere: inside a block, on a
     checkpoint, past it), across batches, hash exactly as the writer hashes them
-    alone, with the JSON orjson gives them; and, batched with numpy, the later ones
-    take their prefixes from the memo."""
+    alone, with the JSON orjson gives them; and the later ones take their prefixes
+    from the memo (batched with numpy, or one by one in C)."""
     rng = np.random.default_rng(7)
     shared = [rng.integers(0, 50_000, n).astype(np.uint32) for n in (130, 1030, 4100)]
     hasher = PrefixHasher(block_size_tokens, one_by_one=one_by_one)
@@ -42,7 +42,7 @@ def test_prefix_reuse_gives_the_writers_hashes(block_size_tokens: int, one_by_on
         assert [j for _, j in rendered] == [orjson.dumps(h) for h in got]  # JSON reused exactly
         assert got == batch_block_hashes(batch, block_size_tokens)
         assert got == [prompt_block_hashes(ids, block_size_tokens).tolist() for ids in batch]
-    assert (hasher.num_prefix_hits > 0) is not one_by_one
+    assert hasher.num_prefix_hits > 0
 
 
 def test_memo_stays_within_its_bound() -> None:
@@ -51,3 +51,31 @@ def test_memo_stays_within_its_bound() -> None:
     for _ in range(20):
         hasher.hashes([rng.integers(0, 50_000, 600).astype(np.uint32) for _ in range(10)])
     assert 0 < hasher._memo_bytes <= 64 * 1024
+
+
+@pytest.mark.skipif(not fast_chain.active(), reason="chainhash.c not built")
+def test_one_by_one_reuses_a_shared_system_prompt_across_conversations() -> None:
+    """Conversations that alternate behind one system prompt reuse its hashes; a new
+    version of the system prompt (a shorter common prefix) is hashed whole once and
+    then reused; the memo of kept tokens stays within its bound."""
+    rng = np.random.default_rng(11)
+    system = rng.integers(0, 50_000, 1000).astype(np.uint32)
+    hasher = PrefixHasher(16, one_by_one=True, max_memo_bytes=64 * 1024)
+    prompts = []
+    for turn in range(6):
+        for conversation in range(3):
+            tail = rng.integers(0, 50_000, 20 + 7 * turn + conversation).astype(np.uint32)
+            prompts.append(np.concatenate((system, tail)))
+    edited = system.copy()
+    edited[600] += 1  # the system prompt's next version
+    prompts += [
+        np.concatenate((edited, rng.integers(0, 50_000, 30).astype(np.uint32))) for _ in range(3)
+    ]
+    for ids in prompts:
+        hashes, rendered = hasher.hashes_json([ids])[0]
+        assert hashes == prompt_block_hashes(ids, 16).tolist()
+        assert rendered == orjson.dumps(hashes)
+    assert hasher.num_prefix_hits >= len(prompts) - 4
+    for _ in range(40):  # other system prompts push the oldest out
+        hasher.hashes_json([rng.integers(0, 50_000, 900).astype(np.uint32)])
+    assert 3 * hasher._lead_bytes <= 64 * 1024

@@ -110,3 +110,18 @@ def test_the_numpy_fallback_chains_from_a_parent() -> None:
     assert fast_chain.numpy_block_hashes(ids[:0], 8) == []
     assert fast_chain.numpy_block_hashes(ids[:3], 8, partial=False) == []
     assert fast_chain.numpy_block_hashes(ids[:3], 8)[0] != DEFAULT_SEED
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), max_size=40),
+    st.lists(st.integers(0, 3), max_size=40),
+    st.sampled_from([np.uint32, np.int64, np.uint8]),
+)
+def test_common_prefix_counts_equal_leading_tokens(a: list[int], b: list[int], dtype: type) -> None:
+    expected = 0
+    while expected < min(len(a), len(b)) and a[expected] == b[expected]:
+        expected += 1
+    x, y = np.array(a, dtype=dtype), np.array(b, dtype=dtype)
+    assert fast_chain.common_prefix(x, y) == expected
+    assert fast_chain.common_prefix(y, x) == expected

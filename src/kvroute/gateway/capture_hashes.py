@@ -63,6 +63,55 @@ class PrefixHasher:
         self._memo: OrderedDict[bytes, tuple[list[int], bytes]] = OrderedDict()
         """A prefix's token bytes -> its block hashes and their JSON digits (no brackets)."""
         self._memo_bytes = 0
+        self._leads: OrderedDict[bytes, _Lead] = OrderedDict()
+        """One by one: a first block's token bytes -> the prompts that begin with it."""
+        self._lead_bytes = 0
+
+    def _one(self, ids: TokenIds) -> tuple[list[int], bytes]:
+        """One prompt's hashes and JSON, in C; a long prompt reuses the hashes of the
+        prefix it shares with earlier prompts that began with the same block (a system
+        prompt, a conversation so far), and hashes and renders only what follows."""
+        block = self.block_size_tokens
+        if ids.shape[0] < MIN_CHECKPOINT_BLOCKS * block:
+            hashes = fast_chain.block_hashes(ids, block)
+            return hashes, orjson.dumps(hashes)
+        key = ids[:block].tobytes()
+        lead = self._leads.get(key)
+        if lead is None:
+            self._keep(key, _Lead(ids))
+            hashes = fast_chain.block_hashes(ids, block)
+            return hashes, orjson.dumps(hashes)
+        self._leads.move_to_end(key)
+        common = fast_chain.common_prefix(ids, lead.last) // block
+        self._lead_bytes += ids.nbytes - lead.last.nbytes
+        lead.last = ids
+        self._trim()
+        shared = lead.shared
+        num_shared = len(shared)
+        if num_shared and common >= num_shared:
+            self.num_prefix_hits += 1
+            rest = fast_chain.block_hashes(ids[num_shared * block :], block, shared[-1])
+            if not rest:
+                return list(shared), b"[" + lead.shared_json + b"]"
+            return shared + rest, b"[" + lead.shared_json + b"," + orjson.dumps(rest)[1:]
+        hashes = fast_chain.block_hashes(ids, block)
+        if common >= MIN_CHECKPOINT_BLOCKS:  # first seen, or shorter than the last
+            lead.shared = hashes[:common]
+            lead.shared_json = orjson.dumps(lead.shared)[1:-1]
+        return hashes, orjson.dumps(hashes)
+
+    def _keep(self, key: bytes, lead: _Lead) -> None:
+        self._leads[key] = lead
+        self._lead_bytes += lead.last.nbytes
+        self._trim()
+
+    def _trim(self) -> None:
+        """Oldest first out past ``max_memo_bytes`` of kept tokens (~3x in all with
+        their hashes and JSON)."""
+        leads = self._leads
+        while leads and 3 * self._lead_bytes > self.max_memo_bytes:
+            _, old = leads.popitem(last=False)
+            self._lead_bytes -= old.last.nbytes
 
     def hashes(self, token_ids: Sequence[TokenIds]) -> list[list[int]]:
         """Each prompt's block hashes (full blocks, then the partial last one)."""
@@ -75,8 +124,7 @@ class PrefixHasher:
             return []
         block, memo = self.block_size_tokens, self._memo
         if self.one_by_one:
-            one = fast_chain.block_hashes
-            return [(h, orjson.dumps(h)) for h in [one(ids, block) for ids in token_ids]]
+            return [self._one(ids) for ids in token_ids]
         min_tokens = MIN_CHECKPOINT_BLOCKS * block
         if all(ids.shape[0] < min_tokens for ids in token_ids):
             chained = _chained(token_ids, [DEFAULT_SEED] * len(token_ids), block)
@@ -124,6 +172,20 @@ class PrefixHasher:
 
 
 _NONE_KNOWN: tuple[list[int], bytes] = ([], b"")
+
+
+class _Lead:
+    """The prompts that begin with one block: the last one's tokens, and the full
+    blocks it was found to share with the one before it (their hashes and JSON digits;
+    the share only shrinks, so prompts that alternate between conversations keep
+    their common system prompt)."""
+
+    __slots__ = ("last", "shared", "shared_json")
+
+    def __init__(self, last: TokenIds) -> None:
+        self.last = last
+        self.shared: list[int] = []
+        self.shared_json = b""
 
 
 def batch_block_hashes(token_ids: Sequence[TokenIds], block_size_tokens: int) -> list[list[int]]:

@@ -12,7 +12,7 @@ the prompt's length and block hashes, its text when asked)::
     {"t": ..., "end_t": ..., "status": 200, ..., "usage_prompt_tokens": 40, | "turn": 0, "messages": 1, "input_len": 37, "hashes": [...]}
      <------------------ per event: built each time ------------------->   <--- per body: memoised, JSON included --->
 
-:class:`CaptureRecords` memoises the second part by the body's JSON, so a body seen
+:class:`CaptureRecords` memoises the second part by the body's content, so a body seen
 before (a retry, a client that repeats its prompt) costs a dictionary lookup: no
 tokenizing, no hashing, no JSON for its hashes. The line written is the event part's
 JSON joined to the body part's, byte for byte what serialising the whole record gives.
@@ -31,6 +31,7 @@ import orjson
 from kvroute.errors import KvrouteError
 from kvroute.gateway.capture_attrs import attr_fields
 from kvroute.gateway.capture_hashes import PrefixHasher
+from kvroute.gateway.chat_pieces import message_key
 from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.gateway.types import Request
 from kvroute.trace.formats.base import RecordError
@@ -131,7 +132,7 @@ class CaptureRecords:
         self.max_memo_bytes = max_memo_bytes
         self.num_body_hits = 0
         self.num_body_misses = 0
-        self._memo: OrderedDict[bytes, _BodyPart] = OrderedDict()
+        self._memo: OrderedDict[_BodyKey, _BodyPart] = OrderedDict()
         self._memo_bytes = 0
         self._seen_once: set[int] = set()  # hash() of keys seen once (a collision only
         # lets a body into the memo early: the memo itself compares whole keys)
@@ -172,8 +173,8 @@ class CaptureRecords:
         by one, hashed together)."""
         memo = self._memo
         out: list[_BodyPart | Exception | None] = []
-        new: dict[bytes, int] = {}  # memo key -> index in ``made``
-        made: list[tuple[bytes | None, dict[str, Any], TokenIds]] = []
+        new: dict[_BodyKey, int] = {}  # memo key -> index in ``made``
+        made: list[tuple[_BodyKey | None, dict[str, Any], TokenIds]] = []
         waiting: list[tuple[int, int]] = []  # (event index, index in ``made``)
         repeated: set[int] = set()  # indices in ``made`` of bodies seen twice here
         for i, event in enumerate(events):
@@ -261,7 +262,7 @@ class CaptureRecords:
             rec["usage_prompt_tokens"] = event.prompt_tokens
         return rec
 
-    def _remember(self, key: bytes, part: _BodyPart, *, seen_twice: bool) -> None:
+    def _remember(self, key: _BodyKey, part: _BodyPart, *, seen_twice: bool) -> None:
         seen = self._seen_once
         key_hash = hash(key)
         if key_hash not in seen and not seen_twice:
@@ -270,8 +271,6 @@ class CaptureRecords:
             seen.add(key_hash)
             return
         seen.discard(key_hash)
-        # About what an entry holds: its key, and per hash ~20 bytes of JSON plus a
-        # Python int and its list slot (~40 bytes).
         memo = self._memo
         memo[key] = part
         self._memo_bytes += _entry_bytes(key, part)
@@ -313,15 +312,41 @@ def capture_record(
     return rec
 
 
-def _body_key(body: Mapping[str, Any]) -> bytes | None:
-    """The memo key of a body: its JSON (equal JSON, equal record); None when it has
-    none (not a dict, or not JSON)."""
+_BodyKey = bytes | tuple[bytes, tuple[object, ...]]
+"""A body's memo key: its JSON, or for long messages the JSON of all but its messages
+and its messages' keys."""
+
+_LONG_MESSAGES_CHARS = 1024
+"""Messages this long in all are keyed as strings, not serialised (see _body_key)."""
+
+
+def _body_key(body: Mapping[str, Any]) -> _BodyKey | None:
+    """The memo key of a body (equal keys, equal records); None when it has none (not a
+    dict, or not JSON). Its JSON, but when its messages' text is long, the JSON of
+    everything else and each message as (role, content) when it is just that, else
+    its JSON: a long system prompt or conversation is then neither copied into the key
+    nor hashed twice (its strings' hashes are the ones the piece memo computes and
+    keeps). Short bodies serialise faster than they split."""
     if type(body) is not dict:
         return None
     try:
-        return orjson.dumps(body)
-    except orjson.JSONEncodeError:
+        messages = body.get("messages")
+        if type(messages) is not list or _text_chars(messages) < _LONG_MESSAGES_CHARS:
+            return orjson.dumps(body)
+        rest = orjson.dumps({k: v for k, v in body.items() if k != "messages"})
+        return rest, tuple([message_key(m) for m in messages])
+    except (TypeError, orjson.JSONEncodeError):
         return None
+
+
+def _text_chars(messages: list[Any]) -> int:
+    """The length of the messages' string contents."""
+    total = 0
+    for message in messages:
+        content = message.get("content") if type(message) is dict else None
+        if type(content) is str:
+            total += len(content)
+    return total
 
 
 def _to_micros(unix_s: float) -> float:
@@ -331,8 +356,20 @@ def _to_micros(unix_s: float) -> float:
     return math.floor(unix_s * 1e6 + 0.5) / 1e6
 
 
-def _entry_bytes(key: bytes, part: _BodyPart) -> int:
-    return len(key) + len(part.json_tail) + 40 * len(part.fields["hashes"])
+def _entry_bytes(key: _BodyKey, part: _BodyPart) -> int:
+    """About what a memo entry holds: its key's text, its JSON, and per hash a Python
+    int and its list slot (~40 bytes)."""
+    if isinstance(key, bytes):
+        text = len(key)
+    else:
+        text = len(key[0]) + sum([_key_chars(m) for m in key[1]])
+    return text + len(part.json_tail) + 40 * len(part.fields["hashes"])
+
+
+def _key_chars(message_key: object) -> int:
+    if isinstance(message_key, tuple):
+        return len(message_key[1])
+    return len(message_key) if isinstance(message_key, bytes) else 0
 
 
 def _pseudonym(session_id: str) -> str:

@@ -165,7 +165,7 @@ class ChatPieces:
             return None
         try:
             tools_key = orjson.dumps(tools) if tools else None
-            keys = [_message_key(m) for m in messages]
+            keys = [message_key(m) for m in messages]
         except (TypeError, orjson.JSONEncodeError):
             return None
         state = self._tools.get(tools_key)
@@ -308,7 +308,7 @@ class ChatPieces:
                 messages = [{"role": role, "content": content} for role, content in conversation]
                 full = self._render(messages, tools, True)
                 trial = ChatPieces(self.tokenizer, _text_only, check_every=1 << 62)
-                keys = [_message_key(m) for m in messages]
+                keys = [message_key(m) for m in messages]
                 pieces = trial._assemble(messages, keys, tools_key, tools, _ToolsState(True))
                 if pieces is None or "".join(p.text for p in pieces) != full:
                     local = False
@@ -338,7 +338,7 @@ class ChatPieces:
         return None
 
 
-def _message_key(message: Message) -> object:
+def message_key(message: Message) -> object:
     """A hashable stand-in for a message: (role, content) for the plain shape, its JSON
     otherwise (raises TypeError/JSONEncodeError for what JSON cannot hold)."""
     if not isinstance(message, dict):

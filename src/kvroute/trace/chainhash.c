@@ -15,6 +15,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define CH_P 0x9E3779B97F4A7C15ULL
 #define CH_M1 0xBF58476D1CE4E5B9ULL
@@ -129,8 +130,38 @@ done:
     return out;
 }
 
+PyDoc_STRVAR(common_prefix_doc,
+"common_prefix(a, b) -> int\n\n"
+"How many leading items two 1-D buffers of the same item size have in common (bytes\n"
+"compared: for token ids of one dtype, equal items).");
+
+static PyObject *common_prefix(PyObject *self, PyObject *args) {
+    PyObject *a_obj, *b_obj;
+    if (!PyArg_ParseTuple(args, "OO", &a_obj, &b_obj)) return NULL;
+    Py_buffer a, b;
+    if (PyObject_GetBuffer(a_obj, &a, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (PyObject_GetBuffer(b_obj, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (a.itemsize != b.itemsize || a.itemsize == 0) {
+        PyErr_SetString(PyExc_TypeError, "common_prefix needs two buffers of one item size");
+    } else {
+        Py_ssize_t n = a.len < b.len ? a.len : b.len, i = 0;
+        const unsigned char *x = a.buf, *y = b.buf;
+        while (i + 8 <= n && memcmp(x + i, y + i, 8) == 0) i += 8;
+        while (i < n && x[i] == y[i]) i++;
+        out = PyLong_FromSsize_t(i / a.itemsize);
+    }
+    PyBuffer_Release(&a);
+    PyBuffer_Release(&b);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"block_hashes", block_hashes, METH_VARARGS, block_hashes_doc},
+    {"common_prefix", common_prefix, METH_VARARGS, common_prefix_doc},
     {NULL, NULL, 0, NULL},
 };
 

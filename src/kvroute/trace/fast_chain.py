@@ -63,3 +63,16 @@ def numpy_block_hashes(
     if partial and tail.shape[0]:
         out.append(extend_chain(out[-1] if out else parent, tail))
     return out
+
+
+_COMMON = None if _MODULE is None else _MODULE.common_prefix
+
+
+def common_prefix(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer]) -> int:
+    """How many leading tokens ``a`` and ``b`` (contiguous, one dtype) share."""
+    if _COMMON is not None:
+        found: int = _COMMON(a, b)
+        return found
+    n = min(a.shape[0], b.shape[0])
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.shape[0] else n
