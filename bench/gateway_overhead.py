@@ -205,6 +205,9 @@ def _capture_compare(args: argparse.Namespace) -> None:
                         "off": run["direct"]["requests"],
                     },
                     "errors": {"on": run["gateway"]["errors"], "off": run["direct"]["errors"]},
+                    # Latency through each gateway (the capture worker holds the
+                    # interpreter lock while it renders a batch).
+                    "ttft_ms": {"on": run["gateway"]["ttft_ms"], "off": run["direct"]["ttft_ms"]},
                     "loadavg": os.getloadavg(),
                 }
             )

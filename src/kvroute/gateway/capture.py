@@ -56,9 +56,9 @@ class CaptureConfig:
     rotate_s: float = 3600.0
     include_text: bool = False
     max_queue: int = 100_000
-    flush_interval_s: float = 0.5
+    flush_interval_s: float = 0.2
     """How often the worker writes what is queued (and flushes the file): records reach
-    the file within about this long. Shorter costs CPU (bench/RESULTS.md)."""
+    the file within about this long. Much shorter costs CPU (bench/RESULTS.md)."""
     file_prefix: str = "capture"
 
     @property
