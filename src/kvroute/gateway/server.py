@@ -314,9 +314,10 @@ class HttpServer:
         self._server: asyncio.Server | None = None
         self._id_prefix = uuid.uuid4().hex[:12]
         self._num_requests = 0
-        self._idle_waiters: list[asyncio.Future[None]] = []
-        self._grace_waiters: list[asyncio.Future[None]] = []
-        self._drain_cut = False
+        self._idle = asyncio.Event()
+        """Set when the last request in progress ends (cleared when the drain starts)."""
+        self._cut = asyncio.Event()
+        """Set by :meth:`end_drain`: stop waiting now."""
         self._on_rejected = on_rejected
 
     def next_request_id(self) -> str:
@@ -348,7 +349,7 @@ class HttpServer:
 
     def notify_idle(self) -> None:
         if self.num_active == 0:
-            _wake(self._idle_waiters)
+            self._idle.set()
 
     async def shutdown(self, drain_timeout_s: float, grace_s: float = 0.0) -> int:
         """Drain, then close. Returns how many requests were cut.
@@ -363,13 +364,14 @@ class HttpServer:
         """
         self.draining = True
         started = self.drain_started_s = time.monotonic()
+        self._idle.clear()
         for conn in list(self.connections):
             conn.close_if_idle()
-        if grace_s > 0 and not self._drain_cut:
-            await _wait(self._grace_waiters, grace_s)
+        if grace_s > 0:
+            await _until(self._cut, grace_s)
         left_s = drain_timeout_s - (time.monotonic() - started)
-        if self.num_active and not self._drain_cut and left_s > 0:
-            await _wait(self._idle_waiters, left_s)
+        if self.num_active and not self._cut.is_set() and left_s > 0:
+            await _until(self._idle, left_s)
         if self._server is not None:
             self._server.close()
         cut = self.num_active
@@ -385,22 +387,11 @@ class HttpServer:
 
     def end_drain(self) -> None:
         """Stop waiting (the grace, requests in progress): :meth:`shutdown` cuts now."""
-        self._drain_cut = True
-        _wake(self._idle_waiters)
-        _wake(self._grace_waiters)
+        self._cut.set()
+        self._idle.set()
 
 
-async def _wait(waiters: list[asyncio.Future[None]], timeout_s: float) -> None:
-    """Until one of ``waiters``' owners wakes it (:func:`_wake`) or ``timeout_s``."""
-    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    waiters.append(fut)
+async def _until(event: asyncio.Event, timeout_s: float) -> None:
+    """Until ``event`` is set or ``timeout_s`` has passed."""
     with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(fut, timeout_s)
-
-
-def _wake(waiters: list[asyncio.Future[None]]) -> None:
-    pending = list(waiters)
-    waiters.clear()
-    for fut in pending:
-        if not fut.done():
-            fut.set_result(None)
+        await asyncio.wait_for(event.wait(), timeout_s)
