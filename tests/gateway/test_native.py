@@ -1,11 +1,13 @@
-"""The compiled build of capture and prompt tokenizing (``scripts/build-native``) gives the
-Python sources' results, and falls back to them when stale.
+"""The compiled build of capture, prompt tokenizing and the traffic window
+(``scripts/build-native``) gives the Python sources' results, and falls back to them when
+stale.
 
 Each side runs in its own interpreter (``KVROUTE_NATIVE=0`` forces the sources): the
 same mixed stream of request bodies (repeated and new, system prompts, conversations,
 tools, structured output, odd text, completions, token ids, bodies the trace cannot
-hold) through :class:`CaptureRecords` and :class:`PromptTokens`, every line, observed
-record and token id compared exactly.
+hold) through :class:`CaptureRecords` and :class:`PromptTokens`, then the observed records
+into a small :class:`TrafficShape`: every line, observed record, token id and window
+state compared exactly.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np, orjson
 from kvroute.gateway import native
 from kvroute.gateway.capture_records import CaptureEvent, CaptureRecords
 from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.gateway.traffic_shape import TrafficConfig, TrafficShape
 from kvroute.trace.tokenizer import load_tokenizer
 
 rng = random.Random(5)
@@ -51,6 +54,8 @@ def body(i):
 bodies = [body(i) for i in range(600)]
 tok = load_tokenizer()
 out = {"compiled": native.active()}
+window = TrafficShape(TrafficConfig(window_requests=60, window_s=40.0, min_requests=5, band_hold_s=3.0))
+states = []
 for include_text in (False, True):
     records = CaptureRecords(PromptTokens(tok, check_every=5), block_size_tokens=16, include_text=include_text)
     lines, seen = [], []
@@ -63,11 +68,20 @@ for include_text in (False, True):
         got, observed = records.render(events, observed=True)
         lines += [repr(x) if isinstance(x, Exception) else x.decode() for x in got]
         seen.append(orjson.dumps(observed).decode())
+        window.observe_records(observed, 10.0 + start / 8 + 100 * include_text)
+        window.observe(20.0 + start / 8 + 100 * include_text, workload="agent", backend="b1",
+                       block_hashes=[start, start + 1], num_tokens=40, usage_prompt_tokens=40,
+                       reported_cached_tokens=16, predicted_cached_tokens=32)
+        states.append([window.num_requests, window.num_tokens, window.matched_tokens,
+                       window.num_tokenized, window.class_shares(), window.band and window.band.value,
+                       {k: [b.num_requests, b.prompt_tokens, b.cached_tokens, b.abs_error_tokens]
+                        for k, b in sorted(window.backends.items())}])
     out[f"lines/{include_text}"] = lines
     out[f"observed/{include_text}"] = seen
 prompts = PromptTokens(tok)
 ids = [prompts.token_ids(b) for b in bodies if isinstance(b.get("messages"), list)]
 out["ids"] = [None if x is None else x.tolist() for x in ids]
+out["window"] = states
 print(json.dumps(out))
 """
 
@@ -81,3 +95,8 @@ def test_compiled_and_python_builds_capture_identically() -> None:
     assert isinstance(lines, list)
     assert any(line.startswith("{") for line in lines)
     assert any(not line.startswith("{") for line in lines)
+    # The traffic window took the observed records, expired old ones and matched blocks.
+    states = python["window"]
+    assert isinstance(states, list)
+    assert any(state[2] > 0 for state in states)
+    assert max(state[0] for state in states) == 60

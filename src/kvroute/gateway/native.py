@@ -1,5 +1,5 @@
-"""The compiled build of prompt tokenizing's and capture's hot modules
-(:mod:`kvroute.native_group`).
+"""The compiled build of prompt tokenizing's, capture's and the live traffic window's
+hot modules (:mod:`kvroute.native_group`).
 
 Used when the build (``scripts/build-native``) is current, else the Python sources
 (``KVROUTE_NATIVE=0`` forces them). Both builds give identical records and token ids
@@ -13,12 +13,20 @@ from __future__ import annotations
 
 from kvroute.native_group import NativeGroup, kvroute_files, package_files
 
-COMPILED = ("prompt_tokens", "chat_pieces", "capture_records", "capture_attrs", "capture_hashes")
+COMPILED = (
+    "prompt_tokens",
+    "chat_pieces",
+    "capture_records",
+    "capture_attrs",
+    "capture_hashes",
+    "traffic_shape",
+)
 """Modules of ``kvroute.gateway`` that the native build compiles."""
 
 _DEPENDS = (
     "types.py",
     "errors.py",
+    "analyze/result.py",
     "gateway/types.py",
     "trace/tokenizer.py",
     "trace/pretokenize.py",

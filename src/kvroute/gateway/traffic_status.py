@@ -37,18 +37,7 @@ def observe_captured(traffic: TrafficShape, records: list[dict[str, Any]], now_s
     """Requests that capture tokenized and hashed (routes that did not tokenize): their
     full prompt blocks, class, backend and engine usage. Capture hashes at the same
     block size as the window (the gateway checks before it asks for them)."""
-    block = traffic.config.block_size_tokens
-    for rec in records:
-        num_tokens = int(rec.get("input_len", 0))
-        traffic.observe(
-            now_s,
-            workload=rec.get("class") or "",
-            backend=rec.get("backend") or "",
-            block_hashes=rec.get("hashes", [])[: num_tokens // block],
-            num_tokens=num_tokens,
-            usage_prompt_tokens=rec.get("usage_prompt_tokens"),
-            reported_cached_tokens=rec.get("cached"),
-        )
+    traffic.observe_records(records, now_s)
 
 
 def observing_finish(
