@@ -122,6 +122,24 @@ def test_mooncake_and_block_size_override(tmp_path: Path) -> None:
     assert "--block-size" in str(err.value)
 
 
+def test_mooncake_keeps_the_optional_model_and_session(tmp_path: Path) -> None:
+    """Exports that add ``model`` and ``chat_id`` keep them (analyze groups by model)."""
+    path = write_jsonl(
+        tmp_path / "mc.jsonl",
+        [
+            {"input_length": 10, "hash_ids": [1], "model": "qwen2-7b", "chat_id": 7},
+            {"input_length": 10, "hash_ids": [2]},
+            {"input_length": 10, "hash_ids": [3], "model": ["not", "a", "name"]},
+        ],
+    )
+    with pytest.raises(InputError) as err:
+        list(read_trace(path))
+    assert (err.value.line, err.value.field) == (3, "model")
+    first, second = list(read_trace(path, skip_invalid=True))
+    assert (first.model, first.session_id) == ("qwen2-7b", "7")
+    assert (second.model, second.session_id) == (None, None)
+
+
 def test_kvroute_trace_header_sets_block_size(tmp_path: Path) -> None:
     path = write_jsonl(
         tmp_path / "kv.jsonl",

@@ -6,7 +6,8 @@ One request per line::
 
 ``timestamp`` is in milliseconds from the trace start; ``hash_ids`` are ids of
 512-token blocks, equal ids meaning equal prefixes (overridable with
-``ReadOptions.block_size_tokens``).
+``ReadOptions.block_size_tokens``). Optional fields some exports add are kept:
+``session_id`` (or ``chat_id``) and ``model``.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class MooncakeFormat:
                 arrival_s=None if ts is None else ts / 1000.0,
                 output_len=output_len,
                 session_id=None if session is None else opt_str(obj, "session_id", "chat_id"),
+                model=None if obj.get("model") is None else opt_str(obj, "model"),
                 source_line=line,
             )
         ]
