@@ -3,8 +3,8 @@
 The request path only hands a :class:`CaptureEvent` (a tuple of references to the
 already decoded body and the request's counters: no copy, no tokenizing) to
 :meth:`TraceCapture.submit`, a deque append. One worker thread wakes every
-``flush_interval_s``, takes what is queued in chunks of 16, renders each new prompt with the
-model's chat template, tokenizes it as the engine does (through the piece memo of
+``flush_interval_s``, takes what is queued in chunks of 16, renders each new prompt
+with the model's chat template, tokenizes it as the engine does (through the piece memo of
 :mod:`kvroute.gateway.prompt_tokens`, so repeated system prompts and conversation
 histories are encoded once), hashes the tokens into the chained block hashes of
 :mod:`kvroute.trace.hashing` (in C when built, reusing a shared prefix's hashes; a body
