@@ -48,7 +48,7 @@ RENDER_CHUNK = 16
 """Requests rendered and written at a time. The worker holds the interpreter lock while
 it renders (20-30 µs a new request), so a whole 0.2 s batch (100 requests at 500 req/s)
 kept the event loop waiting up to ~3 ms: chunks of 16 halve the TTFT p99 that capture
-adds (~1.1 -> ~0.5 ms, bench/RESULTS.md), at no measurable CPU. The traffic window
+adds (~1.1 -> ~0.6 ms, bench/RESULTS.md), at no measurable CPU. The traffic window
 still gets one hand-over per wake-up."""
 
 
