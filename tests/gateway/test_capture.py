@@ -21,6 +21,7 @@ from gateway.harness import LoopThread, free_port, running_gateway, serve_subpro
 from kvroute.analyze.run import analyze_requests
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError
+from kvroute.gateway import capture as capture_module
 from kvroute.gateway.capture import CaptureConfig, TraceCapture
 from kvroute.gateway.capture_attrs import _PARSER_KEYS, _PLAIN_KEYS
 from kvroute.gateway.capture_files import RotatingTraceFile
@@ -263,6 +264,37 @@ def test_written_lines_are_the_records(tmp_path: Path, tokenizer: ChatTokenizer)
     lines = captured_files(tmp_path)[0].read_bytes().splitlines()[1:]
     assert lines == [orjson.dumps(r) for r in expected]
     assert handed == expected[::2]
+
+
+@pytest.mark.parametrize("max_handover", [512, 10])
+def test_a_long_queue_is_written_in_chunks_in_order(
+    tmp_path: Path, tokenizer: ChatTokenizer, monkeypatch: pytest.MonkeyPatch, max_handover: int
+) -> None:
+    """More than a chunk queued: every record is written, in order, and the traffic
+    window gets them all in order, at once or in hand-overs of at most a chunk past
+    ``MAX_HANDOVER`` (a queue that never empties still feeds the window)."""
+    monkeypatch.setattr(capture_module, "MAX_HANDOVER", max_handover)
+    capture = TraceCapture(CaptureConfig(directory=str(tmp_path)), load=lambda _: tokenizer)
+    calls: list[list[dict[str, Any]]] = []
+    capture.on_records = calls.append
+    bodies = [{"model": "m", "messages": m} for _, m in conversations(8, 5)]
+    events = [event(b)._replace(observe=True) for b in bodies]
+    assert len(events) > 2 * capture_module.RENDER_CHUNK
+    for ev in events:
+        capture.submit(ev)
+    capture.start()
+    capture.close()
+    expected = capture_records(
+        events, PromptTokens(tokenizer), block_size_tokens=16, include_text=False
+    )
+    lines = captured_files(tmp_path)[0].read_bytes().splitlines()[1:]
+    assert lines == [orjson.dumps(r) for r in expected]
+    assert [r for call in calls for r in call] == expected
+    if max_handover > len(events):
+        assert len(calls) == 1
+    else:
+        assert len(calls) > 1
+        assert max(len(c) for c in calls) < max_handover + capture_module.RENDER_CHUNK
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,11 @@ RENDER_CHUNK = 16
 it renders (20-30 µs a new request), so a whole 0.2 s batch (100 requests at 500 req/s)
 kept the event loop waiting up to ~3 ms: chunks of 16 halve the TTFT p99 that capture
 adds (~1.1 -> ~0.6 ms, bench/RESULTS.md), at no measurable CPU. The traffic window
-still gets one hand-over per wake-up."""
+still gets one hand-over per wake-up (or per :data:`MAX_HANDOVER` records)."""
+
+MAX_HANDOVER = 512
+"""The most records handed to the traffic window at once: a queue that refills as fast
+as the worker drains it still feeds the window."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,18 +156,25 @@ class TraceCapture:
                 except Exception:  # a bug, not the disk: count it, keep the worker alive
                     self.num_failed += len(batch)
                     logger.exception("capture failed on a batch of %d requests", len(batch))
-            callback = self.on_records
-            if callback is not None and observed:
-                try:
-                    callback(observed)
-                except Exception:  # the writer must outlive a broken observer
-                    logger.exception("capture's traffic observer failed")
+                if len(observed) >= MAX_HANDOVER:  # a queue that keeps refilling
+                    self._hand_over(observed)
+                    observed = []
+            self._hand_over(observed)
             if stopping:
                 break
         try:
             self.files.close()
         except OSError as exc:
             logger.error("capture could not finish its last file: %s", _describe(exc))
+
+    def _hand_over(self, observed: list[dict[str, Any]]) -> None:
+        """Give the traffic window what this wake-up rendered (``on_records``)."""
+        callback = self.on_records
+        if callback is not None and observed:
+            try:
+                callback(observed)
+            except Exception:  # the writer must outlive a broken observer
+                logger.exception("capture's traffic observer failed")
 
     def _write(
         self, records: CaptureRecords, batch: list[CaptureEvent], observed: list[dict[str, Any]]
