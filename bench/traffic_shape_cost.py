@@ -40,7 +40,7 @@ def gateway_observe(num_requests: int = 20_000) -> None:
                 float(i),
                 workload="agent",
                 backend="b1",
-                block_hashes=k.tolist(),
+                block_hashes=k,  # the cache view's array, as observing_finish passes it
                 num_tokens=4096,
                 usage_prompt_tokens=4096,
                 reported_cached_tokens=3072,

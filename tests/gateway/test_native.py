@@ -70,8 +70,9 @@ for include_text in (False, True):
         seen.append(orjson.dumps(observed).decode())
         window.observe_records(observed, 10.0 + start / 8 + 100 * include_text)
         window.observe(20.0 + start / 8 + 100 * include_text, workload="agent", backend="b1",
-                       block_hashes=[start, start + 1], num_tokens=40, usage_prompt_tokens=40,
-                       reported_cached_tokens=16, predicted_cached_tokens=32)
+                       block_hashes=np.array([2**63 + start % 3, start], dtype=np.uint64),
+                       num_tokens=40, usage_prompt_tokens=40, reported_cached_tokens=16,
+                       predicted_cached_tokens=32)
         states.append([window.num_requests, window.num_tokens, window.matched_tokens,
                        window.num_tokenized, window.class_shares(), window.band and window.band.value,
                        {k: [b.num_requests, b.prompt_tokens, b.cached_tokens, b.abs_error_tokens]

@@ -80,7 +80,7 @@ def test_window_match_equals_brute_force() -> None:
             best = max(best, n)
         assert feed(t, i, hashes) == best * B
         history.append(hashes)
-    assert len(t._last_seen) <= 2 * 7 * 5 + 1024  # swept, bounded
+    assert t._index.num_blocks <= 2 * 7 * 5 + 1024  # swept, bounded
 
 
 def test_shares_hit_ratio_and_prediction_error() -> None:

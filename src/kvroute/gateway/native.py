@@ -20,6 +20,7 @@ COMPILED = (
     "capture_attrs",
     "capture_hashes",
     "traffic_shape",
+    "window_index",
 )
 """Modules of ``kvroute.gateway`` that the native build compiles."""
 

@@ -16,12 +16,12 @@ The overlap is placed in the verdict bands of :mod:`kvroute.analyze.verdict`
 stayed in it for ``band_hold_s``; settling below 40 % or above 60 % logs one warning
 (once per crossing) and moves the ``kvroute:traffic_overlap_band`` gauge.
 
-Window index, bounded and cheap: ``last_seen[block_hash]`` is the sequence number of
-the newest request that had the block. A block is in the window when that number is
-at least the window's first sequence number; because every request holding block *i*
-also holds blocks ``0..i-1``, the set in the window is prefix-closed, so a prompt's
-matched blocks are found by binary search. Stale entries are swept when the map
-outgrows twice the blocks in the window. Event-loop only (single-threaded).
+Window index (:mod:`kvroute.gateway.window_index`): the runs of blocks the requests
+held, each with the newest request that went through it; a block is in the window
+when that request is. A prompt walks and stamps one run per branch point, so a long
+shared system prompt costs about what a short prompt does. Runs no request in the
+window went through are swept when the index outgrows twice the blocks in the window.
+Event-loop only (single-threaded).
 
 Compiled with the gateway's native group (:mod:`kvroute.gateway.native`): the window
 takes every answered request on the event loop, a few µs each in Python.
@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 from kvroute.analyze.result import EQUIVALENT_BELOW, RADIX_ABOVE, VerdictLevel
+from kvroute.gateway.window_index import Hashes, WindowIndex
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +184,7 @@ class TrafficShape:
         self.logger = logger or logging.getLogger("kvroute.gateway.traffic")
         self._window: deque[Observation] = deque()
         self._seq = 0
-        self._last_seen: dict[int, int] = {}
+        self._index = WindowIndex()
         self._num_blocks_in_window = 0
         self._blocks: deque[int] = deque()  # blocks per observation, same order
         self.num_tokens = 0
@@ -211,7 +210,7 @@ class TrafficShape:
         *,
         workload: str,
         backend: str,
-        block_hashes: Sequence[int] = (),
+        block_hashes: Hashes = (),
         num_tokens: int = 0,
         usage_prompt_tokens: int | None = None,
         reported_cached_tokens: int | None = None,
@@ -226,9 +225,8 @@ class TrafficShape:
         matched = 0
         if num_tokens:
             floor = self._window[0].seq if self._window else seq
-            num_blocks = self._num_matched(block_hashes, floor)
+            num_blocks = self._index.observe(block_hashes, seq, floor)
             matched = min(num_blocks * self.config.block_size_tokens, num_tokens)
-            self._last_seen.update(zip(block_hashes, repeat(seq)))
         obs = Observation(
             seq,
             now_s,
@@ -268,20 +266,6 @@ class TrafficShape:
                 reported_cached_tokens=rec.get("cached"),
             )
 
-    def _num_matched(self, block_hashes: Sequence[int], floor: int) -> int:
-        """Leading blocks of ``block_hashes`` some request in the window also had."""
-        seen = self._last_seen
-        lo, hi = 0, len(block_hashes)  # answer in [lo, hi]
-        if hi and seen.get(block_hashes[-1], -1) >= floor:
-            return hi  # all of them (the usual case for a shared prefix): one look-up
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if seen.get(block_hashes[mid - 1], -1) >= floor:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
-
     def _push(self, obs: Observation, num_blocks: int) -> None:
         self._window.append(obs)
         self._blocks.append(num_blocks)
@@ -289,9 +273,8 @@ class TrafficShape:
         self._account(obs, 1)
         while len(self._window) > self.config.window_requests:
             self._pop()
-        if len(self._last_seen) > 2 * self._num_blocks_in_window + 1024:
-            floor = self._window[0].seq if self._window else self._seq
-            self._last_seen = {k: s for k, s in self._last_seen.items() if s >= floor}
+        if self._index.num_blocks > 2 * self._num_blocks_in_window + 1024:
+            self._index.sweep(self._window[0].seq if self._window else self._seq)
 
     def _pop(self) -> None:
         obs = self._window.popleft()

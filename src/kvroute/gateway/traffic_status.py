@@ -67,7 +67,7 @@ def observing_finish(
             clock(),
             workload=ctx.workload.value if ctx.workload else "",
             backend=ctx.backend,
-            block_hashes=keys.tolist(),
+            block_hashes=keys,
             num_tokens=prediction.num_tokens,
             usage_prompt_tokens=ctx.prompt_tokens,
             reported_cached_tokens=ctx.cached_tokens,
