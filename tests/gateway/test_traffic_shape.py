@@ -81,6 +81,7 @@ def test_window_match_equals_brute_force() -> None:
         assert feed(t, i, hashes) == best * B
         history.append(hashes)
     assert t._index.num_blocks <= 2 * 7 * 5 + 1024  # swept, bounded
+    assert t._index.num_runs <= 4 * 7 + 1024
 
 
 def test_shares_hit_ratio_and_prediction_error() -> None:

@@ -58,6 +58,7 @@ def test_matches_brute_force_with_splits_and_sweeps(seed: int) -> None:
             index.sweep(floor)  # later floors are never lower
             live = {h for prompt in history[floor:] for h in prompt}
             assert index.num_blocks == len(live)
+            assert index.num_runs <= 3 * (seq + 1 - floor)
 
 
 def test_a_shared_start_is_stored_once() -> None:
@@ -67,6 +68,22 @@ def test_a_shared_start_is_stored_once() -> None:
         tail = chained([*range(270), 1000 + seq])[270:]
         assert index.observe(system + tail, seq, 0) == (270 if seq else 0)
     assert index.num_blocks == 270 + 100
+
+
+def test_a_sweep_joins_runs_cut_by_prompts_gone_from_the_window() -> None:
+    """Prompts that stopped inside a long run cut it; once they left the window and the
+    latest prompts ran through the whole of it, a sweep joins the pieces again."""
+    index = WindowIndex()
+    system = chained(list(range(100)))
+    for seq in range(20):  # each stops at another point: 21 runs along the path
+        index.observe(system[: 5 * (seq + 1)], seq, 0)
+    assert index.num_runs == 20
+    for seq in range(20, 25):
+        assert index.observe(system, seq, 20) == (0 if seq == 20 else 100)
+    index.sweep(20)
+    assert (index.num_runs, index.num_blocks) == (1, 100)
+    assert index.observe(system[:37], 25, 21) == 37  # split again where a prompt ends
+    assert index.num_runs == 2
 
 
 def test_an_array_of_hashes_is_read_as_its_ints() -> None:

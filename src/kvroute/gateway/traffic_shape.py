@@ -20,7 +20,8 @@ Window index (:mod:`kvroute.gateway.window_index`): the runs of blocks the reque
 held, each with the newest request that went through it; a block is in the window
 when that request is. A prompt walks and stamps one run per branch point, so a long
 shared system prompt costs about what a short prompt does. Runs no request in the
-window went through are swept when the index outgrows twice the blocks in the window.
+window went through are swept when the index holds over twice the runs that requests
+in the window can have made, or twice the blocks in the window.
 Event-loop only (single-threaded).
 
 Compiled with the gateway's native group (:mod:`kvroute.gateway.native`): the window
@@ -273,8 +274,12 @@ class TrafficShape:
         self._account(obs, 1)
         while len(self._window) > self.config.window_requests:
             self._pop()
-        if self._index.num_blocks > 2 * self._num_blocks_in_window + 1024:
-            self._index.sweep(self._window[0].seq if self._window else self._seq)
+        index = self._index
+        if (
+            index.num_runs > 4 * len(self._window) + 1024
+            or index.num_blocks > 2 * self._num_blocks_in_window + 1024
+        ):  # at most half of it live: a sweep's cost is paid by what it drops
+            index.sweep(self._window[0].seq if self._window else self._seq)
 
     def _pop(self) -> None:
         obs = self._window.popleft()

@@ -60,6 +60,10 @@ class WindowIndex:
         self._root = _Segment([], -1)
         self.num_blocks = 0
         """Blocks stored (each distinct run once), expired ones until :meth:`sweep`."""
+        self.num_runs = 0
+        """Runs stored: a request adds at most two (a split and its new tail); after a
+        sweep, at most three per request left (a run with one child is kept only
+        where its newest request ended)."""
 
     def observe(self, hashes: Hashes, seq: int, floor: int) -> int:
         """Add request ``seq`` with these chained block hashes; return how many of its
@@ -79,6 +83,7 @@ class WindowIndex:
                 end = _shared(hashes, pos, run, end)  # the prompt leaves this run
             if end < size:
                 child.split(end)
+                self.num_runs += 1
             if child.newest >= floor:  # then so are all the runs before it
                 matched = pos + end
             child.newest = seq
@@ -89,21 +94,35 @@ class WindowIndex:
             new = tail.tolist() if isinstance(tail, np.ndarray) else list(tail)
             node.children[new[0]] = _Segment(new, seq)
             self.num_blocks += n - pos
+            self.num_runs += 1
         return matched
 
     def sweep(self, floor: int) -> None:
-        """Forget the runs no request numbered ``floor`` or later went through."""
+        """Forget the runs no request numbered ``floor`` or later went through, and join
+        a run with its only child when the same request was the newest through both
+        (each block's newest request is unchanged), so that prompts which ended or
+        left inside a run long ago do not leave it cut in pieces."""
         stack = [self._root]
-        kept = 0
+        kept = runs = 0
         while stack:
             node = stack.pop()
-            stale = [k for k, c in node.children.items() if c.newest < floor]
-            for k in stale:
-                del node.children[k]
-            for child in node.children.values():
-                kept += len(child.hashes)
-                stack.append(child)
+            while True:
+                stale = [k for k, c in node.children.items() if c.newest < floor]
+                for k in stale:
+                    del node.children[k]
+                if node is self._root or len(node.children) != 1:
+                    break
+                (only,) = node.children.values()
+                if only.newest != node.newest:
+                    break
+                node.hashes = node.hashes + only.hashes
+                node.children = only.children
+            if node is not self._root:
+                kept += len(node.hashes)
+                runs += 1
+            stack.extend(node.children.values())
         self.num_blocks = kept
+        self.num_runs = runs
 
 
 def _shared(hashes: Hashes, pos: int, run: list[int], end: int) -> int:
