@@ -7,7 +7,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -249,11 +249,23 @@ def test_repeated_bodies_come_from_the_memo_byte_for_byte(
 def test_written_lines_are_the_records(tmp_path: Path, tokenizer: ChatTokenizer) -> None:
     """What the worker writes, and hands to ``on_records``, is each record as
     :func:`capture_records` makes it."""
-    capture = TraceCapture(CaptureConfig(directory=str(tmp_path)), load=lambda _: tokenizer)
     handed: list[dict[str, Any]] = []
-    capture.on_records = handed.extend
     bodies = [{"model": "m", "messages": m} for _, m in conversations(2, 2)] * 2
     events = [event(b)._replace(observe=i % 2 == 0) for i, b in enumerate(bodies)]
+    expected = run_worker(tmp_path, tokenizer, events, handed.extend)
+    assert handed == expected[::2]
+
+
+def run_worker(
+    tmp_path: Path,
+    tokenizer: ChatTokenizer,
+    events: list[CaptureEvent],
+    on_records: Callable[[list[dict[str, Any]]], None],
+) -> list[dict[str, Any]]:
+    """Queue ``events``, run the worker until it drains, check that the file holds each
+    record as :func:`capture_records` makes it, in order; return those records."""
+    capture = TraceCapture(CaptureConfig(directory=str(tmp_path)), load=lambda _: tokenizer)
+    capture.on_records = on_records
     for ev in events:
         capture.submit(ev)
     capture.start()
@@ -263,7 +275,7 @@ def test_written_lines_are_the_records(tmp_path: Path, tokenizer: ChatTokenizer)
     )
     lines = captured_files(tmp_path)[0].read_bytes().splitlines()[1:]
     assert lines == [orjson.dumps(r) for r in expected]
-    assert handed == expected[::2]
+    return expected
 
 
 @pytest.mark.parametrize("max_handover", [512, 10])
@@ -274,21 +286,11 @@ def test_a_long_queue_is_written_in_chunks_in_order(
     window gets them all in order, at once or in hand-overs of at most a chunk past
     ``MAX_HANDOVER`` (a queue that never empties still feeds the window)."""
     monkeypatch.setattr(capture_module, "MAX_HANDOVER", max_handover)
-    capture = TraceCapture(CaptureConfig(directory=str(tmp_path)), load=lambda _: tokenizer)
     calls: list[list[dict[str, Any]]] = []
-    capture.on_records = calls.append
     bodies = [{"model": "m", "messages": m} for _, m in conversations(8, 5)]
     events = [event(b)._replace(observe=True) for b in bodies]
     assert len(events) > 2 * capture_module.RENDER_CHUNK
-    for ev in events:
-        capture.submit(ev)
-    capture.start()
-    capture.close()
-    expected = capture_records(
-        events, PromptTokens(tokenizer), block_size_tokens=16, include_text=False
-    )
-    lines = captured_files(tmp_path)[0].read_bytes().splitlines()[1:]
-    assert lines == [orjson.dumps(r) for r in expected]
+    expected = run_worker(tmp_path, tokenizer, events, calls.append)
     assert [r for call in calls for r in call] == expected
     if max_handover > len(events):
         assert len(calls) == 1
