@@ -14,7 +14,6 @@ from rich.console import Console
 from kvroute.analyze.result import AnalysisResult, Granularity
 from kvroute.analyze.run import analyze_requests
 from kvroute.gateway.traffic_shape import TrafficConfig, TrafficShape
-from kvroute.gateway.traffic_status import observe_captured
 from kvroute.report import fmt
 from kvroute.report.analyze_console import render_console
 from kvroute.report.analyze_page import analysis_page
@@ -52,7 +51,7 @@ def _gateway_overlap(prompts: list[np.ndarray]) -> float:
     records = [
         {"input_len": p.shape[0], "hashes": prompt_block_hashes(p, BLOCK).tolist()} for p in prompts
     ]
-    observe_captured(traffic, records, 0.0)
+    traffic.observe_records(records, 0.0)
     assert traffic.overlap is not None
     return traffic.overlap
 

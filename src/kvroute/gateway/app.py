@@ -66,7 +66,7 @@ from kvroute.gateway.server import HttpServer, ServerLimits
 from kvroute.gateway.shadow import ShadowMirror
 from kvroute.gateway.state import GatewayState, build_state
 from kvroute.gateway.traffic_shape import TrafficShape
-from kvroute.gateway.traffic_status import TrafficMetrics, observe_captured
+from kvroute.gateway.traffic_status import TrafficMetrics
 from kvroute.gateway.types import Handler, Request, Response, json_response
 from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
 
@@ -168,7 +168,7 @@ class Gateway:
             traffic, clock = self.traffic, self.clock
 
             def on_records(records: list[dict[str, Any]]) -> None:  # on capture's thread
-                loop.call_soon_threadsafe(observe_captured, traffic, records, clock())
+                loop.call_soon_threadsafe(traffic.observe_records, records, clock())
 
             self.capture.on_records = on_records
         if _needs_cache_router(self._state.config):

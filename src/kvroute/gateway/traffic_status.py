@@ -33,13 +33,6 @@ def observe_request(traffic: TrafficShape, ctx: RequestContext, now_s: float) ->
     )
 
 
-def observe_captured(traffic: TrafficShape, records: list[dict[str, Any]], now_s: float) -> None:
-    """Requests that capture tokenized and hashed (routes that did not tokenize): their
-    full prompt blocks, class, backend and engine usage. Capture hashes at the same
-    block size as the window (the gateway checks before it asks for them)."""
-    traffic.observe_records(records, now_s)
-
-
 def observing_finish(
     traffic: TrafficShape,
     ctx: RequestContext,
