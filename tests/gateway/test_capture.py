@@ -194,12 +194,66 @@ def test_bodies_alike_but_for_one_field_do_not_share_a_memo_entry(
     ]
     events = [event(orjson.loads(orjson.dumps(b))) for b in bodies * 3]
     made = CaptureRecords(PromptTokens(tokenizer), block_size_tokens=16, include_text=False)
-    records = made.records(events)
+    # One batch for short bodies (the memo, then repeats within the batch); one request
+    # per batch for long ones, each sent twice in a row (the last long bodies made).
+    if len(words) < 100:
+        records = made.records(events)
+    else:
+        events = [e for e in events[: len(bodies)] for _ in (0, 1)]
+        records = [r for e in events for r in made.records([e])]
     for ev, rec in zip(events, records, strict=True):
         assert rec == capture_record(
             ev, PromptTokens(tokenizer), block_size_tokens=16, include_text=False
         )
-    assert made.num_body_hits == 2 * len(bodies)  # each body's 2nd and 3rd sighting
+    # Each body's 2nd and 3rd sighting (short), its 2nd (long): never another's record.
+    assert made.num_body_hits == (2 if len(words) < 100 else 1) * len(bodies)
+
+
+def test_long_bodies_repeat_from_the_last_ones_made(tokenizer: ChatTokenizer) -> None:
+    """Long bodies have no memo entry; a repeat of one of the last four made is served
+    from those without tokenizing, byte for byte what it gives alone, while a body
+    that only looks alike (same last message, same count of messages, another system
+    prompt or field) and one that left the four are made again."""
+    system = "Long rules. " * 120
+    alike = system[:-2] + "!!"  # the same length: only a comparison tells them apart
+    bodies: list[dict[str, Any]] = [
+        {
+            "model": "m",
+            "messages": [{"role": "system", "content": s}, {"role": "user", "content": u}],
+        }
+        for s in (system, alike)
+        for u in ("Hi.", "Bye.", "Hi again.")
+    ]
+    bodies.append({**bodies[0], "max_tokens": 5})
+    prompts = PromptTokens(tokenizer)
+    made = CaptureRecords(prompts, block_size_tokens=16, include_text=False)
+    order = [0, 0, 3, 3, 0, 6, 6, 1, 2, 4, 5, 0, 4]  # 0 left the last four before its end
+    expected_hits = [
+        False,
+        True,
+        False,
+        True,
+        True,
+        False,
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+        True,
+    ]
+    for index, hit in zip(order, expected_hits, strict=True):
+        ev = event(orjson.loads(orjson.dumps(bodies[index])))
+        misses = prompts.num_piece_misses + prompts.num_piece_hits
+        hits_before = made.num_body_hits
+        [line], _ = made.render([ev])
+        assert line == orjson.dumps(
+            capture_record(ev, PromptTokens(tokenizer), block_size_tokens=16, include_text=False)
+        )
+        assert made.num_body_hits - hits_before == int(hit), index
+        # A repeat does not reach the tokenizer's memos at all.
+        assert (prompts.num_piece_misses + prompts.num_piece_hits == misses) == hit
 
 
 def test_repeated_bodies_come_from_the_memo_byte_for_byte(

@@ -12,9 +12,10 @@ the prompt's length and block hashes, its text when asked)::
     {"t": ..., "end_t": ..., "status": 200, ..., "usage_prompt_tokens": 40, | "turn": 0, "messages": 1, "input_len": 37, "hashes": [...]}
      <------------------ per event: built each time ------------------->   <--- per body: memoised, JSON included --->
 
-:class:`CaptureRecords` memoises the second part by the body's content, so a body seen
-before (a retry, a client that repeats its prompt) costs a dictionary lookup: no
-tokenizing, no hashing, no JSON for its hashes. The line written is the event part's
+:class:`CaptureRecords` memoises the second part by the body's JSON, so a short body
+seen before (a retry, a client that repeats its prompt) costs a dictionary lookup: no
+tokenizing, no hashing, no JSON for its hashes. Long bodies (1,024+ characters of
+messages) are left to the piece and prefix memos (see ``_body_key``). The line written is the event part's
 JSON joined to the body part's, byte for byte what serialising the whole record gives.
 """
 
@@ -31,7 +32,6 @@ import orjson
 from kvroute.errors import KvrouteError
 from kvroute.gateway.capture_attrs import attr_fields
 from kvroute.gateway.capture_hashes import PrefixHasher
-from kvroute.gateway.chat_pieces import message_key
 from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.gateway.types import Request
 from kvroute.trace.formats.base import RecordError
@@ -109,6 +109,25 @@ class _BodyPart:
         self.json_tail = json_tail
 
 
+class _LongBody:
+    """A long body made lately (long bodies have no memo key: see ``_body_key``)."""
+
+    __slots__ = ("body", "last_content", "num_messages", "part")
+
+    def __init__(
+        self, body: dict[str, Any], num_messages: int, last_content: object, part: _BodyPart
+    ) -> None:
+        self.body = body
+        self.num_messages = num_messages
+        self.last_content = last_content
+        self.part = part
+
+
+RECENT_LONG_BODIES = 4
+"""Long bodies kept to serve a repeat (a retry, a client or a load test that sends the
+same request again) without tokenizing it."""
+
+
 class CaptureRecords:
     """Events → trace record lines, a batch at a time, with a memo of body parts
     (least recently used first out, at most ``max_bodies`` bodies and about
@@ -138,6 +157,8 @@ class CaptureRecords:
         # lets a body into the memo early: the memo itself compares whole keys)
         self._pseudonyms: dict[str, str] = {}
         self._hasher = PrefixHasher(block_size_tokens)
+        self._recent_long: list[_LongBody] = []
+        """The last long bodies made (they have no memo key), most recent first."""
 
     def render(
         self, events: Sequence[CaptureEvent], *, observed: bool = False
@@ -177,8 +198,16 @@ class CaptureRecords:
         made: list[tuple[_BodyKey | None, dict[str, Any], TokenIds]] = []
         waiting: list[tuple[int, int]] = []  # (event index, index in ``made``)
         repeated: set[int] = set()  # indices in ``made`` of bodies seen twice here
+        made_at: list[int] = []  # the event index of each body in ``made``
         for i, event in enumerate(events):
-            key = _body_key(event.body)
+            body = event.body
+            key = _body_key(body)
+            if key is None and type(body) is dict and self._recent_long:
+                found = self._find_long(body)
+                if found is not None:
+                    self.num_body_hits += 1
+                    out.append(found)
+                    continue
             if key is not None:
                 part = memo.get(key)
                 if part is not None:
@@ -201,6 +230,7 @@ class CaptureRecords:
                 continue
             if key is not None:
                 new[key] = len(made)
+            made_at.append(i)
             waiting.append((i, len(made)))
             made.append((key, fields, ids))
             out.append(None)
@@ -215,6 +245,8 @@ class CaptureRecords:
             parts.append(part)
             if key is not None:
                 self._remember(key, part, seen_twice=j in repeated)
+            elif type(body := events[made_at[j]].body) is dict:
+                self._keep_long(body, part)
         for i, j in waiting:
             out[i] = parts[j]
         return out  # type: ignore[return-value]
@@ -261,6 +293,38 @@ class CaptureRecords:
         if event.prompt_tokens is not None:
             rec["usage_prompt_tokens"] = event.prompt_tokens
         return rec
+
+    def _find_long(self, body: dict[str, Any]) -> _BodyPart | None:
+        """The part of a long body equal to one of the last :data:`RECENT_LONG_BODIES`
+        made: compared by their last message's text (what a new request changes, so a
+        new body costs a string comparison per entry), then by their JSON."""
+        messages = body.get("messages")
+        if type(messages) is not list or not messages:
+            return None
+        last = _last_content(messages)
+        recent = self._recent_long
+        for j in range(len(recent)):
+            entry = recent[j]
+            if entry.num_messages != len(messages) or entry.last_content != last:
+                continue
+            try:
+                same = orjson.dumps(entry.body) == orjson.dumps(body)
+            except (TypeError, orjson.JSONEncodeError):
+                return None
+            if same:
+                if j:
+                    recent.insert(0, recent.pop(j))
+                return entry.part
+        return None
+
+    def _keep_long(self, body: dict[str, Any], part: _BodyPart) -> None:
+        messages = body.get("messages")
+        if type(messages) is not list or not messages:
+            return
+        recent = self._recent_long
+        recent.insert(0, _LongBody(body, len(messages), _last_content(messages), part))
+        if len(recent) > RECENT_LONG_BODIES:
+            recent.pop()
 
     def _remember(self, key: _BodyKey, part: _BodyPart, *, seen_twice: bool) -> None:
         seen = self._seen_once
@@ -312,31 +376,37 @@ def capture_record(
     return rec
 
 
-_BodyKey = bytes | tuple[bytes, tuple[object, ...]]
-"""A body's memo key: its JSON, or for long messages the JSON of all but its messages
-and its messages' keys."""
+_BodyKey = bytes
+"""A body's memo key: its JSON."""
 
 _LONG_MESSAGES_CHARS = 1024
-"""Messages this long in all are keyed as strings, not serialised (see _body_key)."""
+"""Bodies whose messages hold this many characters or more have no memo entry (see
+_body_key)."""
 
 
 def _body_key(body: Mapping[str, Any]) -> _BodyKey | None:
-    """The memo key of a body (equal keys, equal records); None when it has none (not a
-    dict, or not JSON). Its JSON, but when its messages' text is long, the JSON of
-    everything else and each message as (role, content) when it is just that, else
-    its JSON: a long system prompt or conversation is then neither copied into the key
-    nor hashed twice (its strings' hashes are the ones the piece memo computes and
-    keeps). Short bodies serialise faster than they split."""
+    """The memo key of a body (equal keys, equal records): its JSON; None when it has
+    none (not a dict, not JSON, or messages of 1,024+ characters in all). A long body
+    is left to the finer memos: its messages' pieces come from the piece memo (a long
+    message found by comparing it with the last long ones, not by hashing it: 4 KB of
+    text costs ~1.3 µs to hash), its block hashes from the prefix memo, so a repeat
+    costs a few µs more than a memo hit, while keying it would serialise or hash all
+    of its text on every request, new or not."""
     if type(body) is not dict:
         return None
+    messages = body.get("messages")
+    if type(messages) is list and _text_chars(messages) >= _LONG_MESSAGES_CHARS:
+        return None
     try:
-        messages = body.get("messages")
-        if type(messages) is not list or _text_chars(messages) < _LONG_MESSAGES_CHARS:
-            return orjson.dumps(body)
-        rest = orjson.dumps({k: v for k, v in body.items() if k != "messages"})
-        return rest, tuple([message_key(m) for m in messages])
+        return orjson.dumps(body)
     except (TypeError, orjson.JSONEncodeError):
         return None
+
+
+def _last_content(messages: list[Any]) -> object:
+    """The last message's content (None when it is not a dict)."""
+    last = messages[-1]
+    return last.get("content") if type(last) is dict else None
 
 
 def _text_chars(messages: list[Any]) -> int:
@@ -359,17 +429,7 @@ def _to_micros(unix_s: float) -> float:
 def _entry_bytes(key: _BodyKey, part: _BodyPart) -> int:
     """About what a memo entry holds: its key's text, its JSON, and per hash a Python
     int and its list slot (~40 bytes)."""
-    if isinstance(key, bytes):
-        text = len(key)
-    else:
-        text = len(key[0]) + sum([_key_chars(m) for m in key[1]])
-    return text + len(part.json_tail) + 40 * len(part.fields["hashes"])
-
-
-def _key_chars(message_key: object) -> int:
-    if isinstance(message_key, tuple):
-        return len(message_key[1])
-    return len(message_key) if isinstance(message_key, bytes) else 0
+    return len(key) + len(part.json_tail) + 40 * len(part.fields["hashes"])
 
 
 def _pseudonym(session_id: str) -> str:
