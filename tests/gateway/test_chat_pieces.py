@@ -174,3 +174,51 @@ def test_the_sampled_check_turns_a_wrong_memo_off(base: ChatTokenizer) -> None:
     assert prompts.chat.num_check_failures == 1
     assert prompts.chat.pieces(messages, None) is None  # off for good
     assert_exact(prompts, messages, None)
+
+
+LONG = "Rule one applies. " * 40  # 720 characters: looked up by comparison first
+LONG_ALIKE = [LONG[:-2] + tail for tail in ("!.", ".!", "..")]  # same length, not equal
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([LONG, *LONG_ALIKE, "Short."]),
+            st.sampled_from(["system", "user"]),
+            st.sampled_from([None, TOOLS]),
+        ),
+        min_size=1,
+        max_size=14,
+    )
+)
+def test_long_messages_found_by_comparison_are_exact(
+    base: ChatTokenizer, prompts_seq: list[tuple[str, str, Any]]
+) -> None:
+    """Long messages are looked up among the last ones by comparing, not hashing:
+    contents of one length that differ in a character, the same text first or later
+    in the prompt, with tools or without, never take each other's pieces (more
+    distinct long messages than the comparison keeps push the first ones out)."""
+    prompts = PromptTokens(base, check_every=1 << 30)
+    for content, role, tools in prompts_seq:
+        messages = [{"role": role, "content": content}, {"role": "user", "content": content}]
+        assert_exact(prompts, messages, tools)
+    assert len(prompts.chat._recent) <= 8
+
+
+def test_a_long_system_prompt_is_encoded_once(base: ChatTokenizer) -> None:
+    """A long system prompt before new user messages is made once, then found among
+    the last long messages (no memo lookup, so its text is never hashed)."""
+    prompts = PromptTokens(base)
+    for i in range(20):
+        assert_exact(
+            prompts,
+            [{"role": "system", "content": LONG}, {"role": "user", "content": f"Q{i}?"}],
+            None,
+        )
+    assert prompts.chat.num_misses == 20 + 1  # the 20 user messages, the system prompt once
+    prompts.chat._pieces.clear()  # the memo forgets it: the last long messages still hold it
+    assert_exact(
+        prompts, [{"role": "system", "content": LONG}, {"role": "user", "content": "Q?"}], None
+    )
+    assert prompts.chat.num_misses == 20 + 1 + 1  # only the new user message

@@ -100,6 +100,18 @@ _CONTENT_PROBES = (
 )
 
 
+LONG_MESSAGE_CHARS = 512
+"""Messages with this much text are looked up among the last long ones first (by
+comparing, not hashing: hashing 4 KB of text costs ~1.3 µs, and a request's message
+strings are new objects, their hashes not yet known)."""
+
+RECENT_LONG_MESSAGES = 8
+"""How many long messages are kept for that lookup (a system prompt or two, tool
+lists, documents that recur)."""
+
+_MemoKey = tuple[bytes | None, bool, object]
+"""(tool list's JSON, first message?, message key)."""
+
 _Conversation = tuple[bytes | None, list[object], list[Piece]]
 """A conversation's last prompt: its tool list's key, its message keys and pieces."""
 
@@ -144,7 +156,9 @@ class ChatPieces:
             and tokenizer.suffix_ids.size == 0  # a stripped trailing EOS breaks the differences
         )
         self._tools: dict[bytes | None, _ToolsState] = {}
-        self._pieces: OrderedDict[tuple[bytes | None, bool, object], Piece] = OrderedDict()
+        self._pieces: OrderedDict[_MemoKey, Piece] = OrderedDict()
+        self._recent: list[tuple[_MemoKey, Piece]] = []
+        """The last long messages' memo keys and pieces, most recent first."""
         self._num_assembled = 0
         self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
         """Per conversation (the caller's session key), LRU: its last prompt's tool list,
@@ -208,17 +222,23 @@ class ChatPieces:
         """The pieces of ``messages``; ``known`` are those of its first messages."""
         memo = self._pieces
         start = len(known)
-        memo_keys: list[tuple[bytes | None, bool, object]] = []
+        memo_keys: list[_MemoKey] = []
         out: list[Piece | None] = list(known)
         num_misses = 0
         for i in range(start, len(keys)):
-            memo_key = (tools_key, i == 0, keys[i])
+            key = keys[i]
+            memo_key = (tools_key, i == 0, key)
             memo_keys.append(memo_key)
-            found = memo.get(memo_key)
+            long = type(key) is tuple and len(key[1]) >= LONG_MESSAGE_CHARS
+            found = self._recent_long(memo_key) if long else None
             if found is None:
-                num_misses += 1
-            else:
-                memo.move_to_end(memo_key)  # the hits become the most recent entries
+                found = memo.get(memo_key)
+                if found is None:
+                    num_misses += 1
+                else:
+                    memo.move_to_end(memo_key)  # the hits become the most recent entries
+                    if long:
+                        self._keep_long(memo_key, found)
             out.append(found)
         self.num_hits += len(keys) - num_misses
         self.num_misses += num_misses
@@ -241,9 +261,12 @@ class ChatPieces:
                     if not window.startswith(base):
                         return None
                     piece = self._make_piece(window[len(base) :])
-                out[i] = memo[memo_keys[i - start]] = piece
+                memo_key = memo_keys[i - start]
+                out[i] = memo[memo_key] = piece
                 if len(memo) > self.max_pieces:
                     memo.popitem(last=False)
+                if isinstance(key, tuple) and len(key[1]) >= LONG_MESSAGE_CHARS:
+                    self._keep_long(memo_key, piece)
                 if i == 0:
                     base = piece.text
         pieces: list[Piece] = out  # type: ignore[assignment]  # no None left
@@ -255,6 +278,25 @@ class ChatPieces:
             state.gen = self._make_piece(with_gen[len(base) :])
         pieces.append(state.gen)
         return pieces
+
+    def _recent_long(self, memo_key: _MemoKey) -> Piece | None:
+        """The piece of a long message among the last :data:`RECENT_LONG_MESSAGES` long
+        ones, found by comparing (a length check, then one ``memcmp`` for the match),
+        not by hashing its text as a memo lookup would. None when it is not there."""
+        recent = self._recent
+        for j in range(len(recent)):
+            entry = recent[j]
+            if entry[0] == memo_key:
+                if j:
+                    recent.insert(0, recent.pop(j))
+                return entry[1]
+        return None
+
+    def _keep_long(self, memo_key: _MemoKey, piece: Piece) -> None:
+        recent = self._recent
+        recent.insert(0, (memo_key, piece))
+        if len(recent) > RECENT_LONG_MESSAGES:
+            recent.pop()
 
     def _render(self, messages: Sequence[Message], tools: Sequence[Any] | None, gen: bool) -> str:
         return self.tokenizer.render_chat(
