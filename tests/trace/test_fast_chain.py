@@ -125,3 +125,16 @@ def test_common_prefix_counts_equal_leading_tokens(a: list[int], b: list[int], d
     x, y = np.array(a, dtype=dtype), np.array(b, dtype=dtype)
     assert fast_chain.common_prefix(x, y) == expected
     assert fast_chain.common_prefix(y, x) == expected
+
+
+@pytest.mark.parametrize("at", [0, 1, 255, 256, 257, 511, 1000, 2047, None])
+def test_common_prefix_finds_a_difference_anywhere_in_a_long_prompt(at: int | None) -> None:
+    """Across the C version's 1 KiB runs, 8-byte words and single bytes (uint32 ids:
+    256 per run)."""
+    a = np.arange(2048, dtype=np.uint32) * 7919
+    b = a.copy()
+    if at is not None:
+        b[at] += 1
+    expected = 2048 if at is None else at
+    assert fast_chain.common_prefix(a, b) == expected
+    assert fast_chain.common_prefix(b[:1500], a) == min(expected, 1500)

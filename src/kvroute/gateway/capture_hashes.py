@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -66,23 +66,32 @@ class PrefixHasher:
         self._leads: OrderedDict[bytes, _Lead] = OrderedDict()
         """One by one: a first block's token bytes -> the prompts that begin with it."""
         self._lead_bytes = 0
+        native = fast_chain.native()
+        self._hash: Callable[[TokenIds, int, int, bool], list[int]] = (
+            native[0] if native is not None else _python_hash
+        )
+        """``block_hashes(ids, block_size, parent, partial)``: the C function itself when
+        built (the ids are contiguous: a prompt's, or a slice of one)."""
+        self._common: Callable[[TokenIds, TokenIds], int] = (
+            native[1] if native is not None else fast_chain.common_prefix
+        )
 
     def _one(self, ids: TokenIds) -> tuple[list[int], bytes]:
         """One prompt's hashes and JSON, in C; a long prompt reuses the hashes of the
         prefix it shares with earlier prompts that began with the same block (a system
         prompt, a conversation so far), and hashes and renders only what follows."""
-        block = self.block_size_tokens
+        block, block_hash = self.block_size_tokens, self._hash
         if ids.shape[0] < MIN_CHECKPOINT_BLOCKS * block:
-            hashes = fast_chain.block_hashes(ids, block)
+            hashes = block_hash(ids, block, DEFAULT_SEED, True)
             return hashes, orjson.dumps(hashes)
         key = ids[:block].tobytes()
         lead = self._leads.get(key)
         if lead is None:
             self._keep(key, _Lead(ids))
-            hashes = fast_chain.block_hashes(ids, block)
+            hashes = block_hash(ids, block, DEFAULT_SEED, True)
             return hashes, orjson.dumps(hashes)
         self._leads.move_to_end(key)
-        common = fast_chain.common_prefix(ids, lead.last) // block
+        common = self._common(ids, lead.last) // block
         self._lead_bytes += ids.nbytes - lead.last.nbytes
         lead.last = ids
         self._trim()
@@ -90,11 +99,11 @@ class PrefixHasher:
         num_shared = len(shared)
         if num_shared and common >= num_shared:
             self.num_prefix_hits += 1
-            rest = fast_chain.block_hashes(ids[num_shared * block :], block, shared[-1])
+            rest = block_hash(ids[num_shared * block :], block, shared[-1], True)
             if not rest:
                 return list(shared), b"[" + lead.shared_json + b"]"
             return shared + rest, b"[" + lead.shared_json + b"," + orjson.dumps(rest)[1:]
-        hashes = fast_chain.block_hashes(ids, block)
+        hashes = block_hash(ids, block, DEFAULT_SEED, True)
         if common >= MIN_CHECKPOINT_BLOCKS:  # first seen, or shorter than the last
             lead.shared = hashes[:common]
             lead.shared_json = orjson.dumps(lead.shared)[1:-1]
@@ -172,6 +181,10 @@ class PrefixHasher:
 
 
 _NONE_KNOWN: tuple[list[int], bytes] = ([], b"")
+
+
+def _python_hash(ids: TokenIds, block_size_tokens: int, parent: int, partial: bool) -> list[int]:
+    return fast_chain.block_hashes(ids, block_size_tokens, parent, partial=partial)
 
 
 class _Lead:
