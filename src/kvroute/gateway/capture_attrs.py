@@ -68,25 +68,39 @@ def attr_fields(body: Mapping[str, Any]) -> tuple[dict[str, Any], TokenPrompt | 
     record's fields in order, and its prompt when that is token ids. Plain chat bodies
     take a short path with the same checks and results; anything else goes through the
     format's parser."""
+    if not isinstance(body, dict):
+        body = dict(body)
+    return _dict_attr_fields(body)
+
+
+def _dict_attr_fields(body: dict[str, Any]) -> tuple[dict[str, Any], TokenPrompt | None]:
+    # A dict, and plain loops rather than set and list methods: compiled, each of those
+    # is a method call through the interpreter (~0.3 µs apiece on a request).
     messages = body.get("messages")
     if (
         type(messages) is list
         and messages
-        and _PARSER_KEYS.isdisjoint(body)
+        and not _any_key_in(body, _PARSER_KEYS)
         and type(body.get("model", "")) is str
         and type(body.get("user", "")) is str
     ):
         tools = body.get("tools") or body.get("functions")
-        roles = [m.get("role") if type(m) is dict else None for m in messages]
-        if all(type(r) is str for r in roles) and (tools is None or type(tools) is list):
-            fields: dict[str, Any] = {
-                "turn": roles.count("assistant"),
-                "messages": len(messages),
-            }
-            if tools or "tool" in roles:
+        turn, has_tool, plain = 0, False, tools is None or type(tools) is list
+        for m in messages:
+            role = m.get("role") if type(m) is dict else None
+            if type(role) is not str:
+                plain = False
+                break
+            if role == "assistant":
+                turn += 1
+            elif role == "tool":
+                has_tool = True
+        if plain:
+            fields: dict[str, Any] = {"turn": turn, "messages": len(messages)}
+            if tools or has_tool:
                 fields["tools"] = True
-            if not _PLAIN_KEYS.issuperset(body):
-                structured = structured_output_kind(body)  # type: ignore[arg-type]  # reads only
+            if not _all_keys_in(body, _PLAIN_KEYS):
+                structured = structured_output_kind(body)
                 if structured is not StructuredOutput.NONE:
                     fields["structured"] = structured.value
             return fields, None
@@ -99,3 +113,11 @@ def attr_fields(body: Mapping[str, Any]) -> tuple[dict[str, Any], TokenPrompt | 
     if attrs.structured_output is not StructuredOutput.NONE:
         fields["structured"] = attrs.structured_output.value
     return fields, prompt if isinstance(prompt, TokenPrompt) else None
+
+
+def _any_key_in(body: dict[str, Any], keys: frozenset[str]) -> bool:
+    return any(key in keys for key in body)
+
+
+def _all_keys_in(body: dict[str, Any], keys: frozenset[str]) -> bool:
+    return all(key in keys for key in body)

@@ -110,10 +110,18 @@ class PromptTokens:
         cannot be tokenized (odd content, a template failure, a batch). ``session_key``:
         the conversation the body belongs to, when known (its earlier messages are then
         found without a memo lookup)."""
+        if not isinstance(body, dict):
+            body = dict(body)
+        return self._dict_token_ids(body, session_key)
+
+    def _dict_token_ids(self, body: dict[str, Any], session_key: str | None) -> TokenIds | None:
+        # A dict, so that compiled its lookups are the dict's own (not a method call each).
         messages = body.get("messages")
         if isinstance(messages, list):
-            tools = _tools(body)
-            pieces = self.chat.pieces(messages, tools, session_key)
+            tools = body.get("tools")
+            pieces = self.chat.pieces(
+                messages, tools if isinstance(tools, list) else None, session_key
+            )
             if pieces is not None:
                 return self._join(pieces)
             try:
@@ -144,7 +152,7 @@ class PromptTokens:
                 return self.encode("".join([p.text for p in pieces]))
             packed.append(piece.packed_ids)
         packed.append(self._suffix_packed)
-        return np.frombuffer(bytearray().join(packed), dtype=_UINT32)
+        return np.frombuffer(bytearray().join(packed), _UINT32)  # dtype by keyword: +0.25 µs
 
     def _piece(self, text: str) -> Piece:
         if self._split is None:
