@@ -131,9 +131,9 @@ def test_c_chunk_memo_refuses_a_wrong_callback_result() -> None:
 
     assert _C is not None
     with pytest.raises(TypeError, match="must return bytes"):
-        _C.encode_chunks("a b c", {}, {}, lambda text: [1, 2], 100)
+        _C.encode_chunks({}, {}, lambda text: [1, 2], 100, "a b c")
     with pytest.raises(ZeroDivisionError):
-        _C.encode_chunks("a b c", {}, {}, lambda text: 1 / 0, 100)
+        _C.encode_chunks({}, {}, lambda text: 1 / 0, 100, "a b c")
 
 
 @needs_c

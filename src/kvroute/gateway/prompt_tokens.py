@@ -69,7 +69,9 @@ class PromptTokens:
             if contents and exact
             else None
         )
-        self._words = tokenizer.ascii_word_encoder()
+        words = tokenizer.ascii_word_encoder()
+        self._encode_words = words.packed_encoder() if words is not None else None
+        """The ASCII word encoder's packed ids (None: text it refuses), as one callable."""
         self._pieces: OrderedDict[str, bytes] = OrderedDict()
         """Text between added tokens -> its ids, packed as native uint32."""
         self._affixes: dict[tuple[str, str], _AffixIds | None] = {}
@@ -254,8 +256,9 @@ class PromptTokens:
 
     def _encode_plain(self, text: str) -> bytes:
         """Packed ids of text that holds no added token."""
-        if self._words is not None:
-            packed = self._words.encode_packed(text)
+        encode_words = self._encode_words
+        if encode_words is not None:
+            packed = encode_words(text)
             if packed is not None:
                 return packed
         ids = self.tokenizer.backend.encode(text, add_special_tokens=False).ids

@@ -88,11 +88,18 @@ PyDoc_STRVAR(block_hashes_doc,
 "continuing from ``parent``; with ``partial``, then the hash of the partial last block\n"
 "(if any), chained the same way.");
 
-static PyObject *block_hashes(PyObject *self, PyObject *args) {
-    PyObject *tokens, *parent_obj;
-    Py_ssize_t block;
-    int partial;
-    if (!PyArg_ParseTuple(args, "OnOp", &tokens, &block, &parent_obj, &partial)) return NULL;
+/* Arguments by position, no tuple or format string to parse (a capture record calls
+   this and common_prefix once each). */
+static PyObject *block_hashes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "block_hashes takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *tokens = args[0], *parent_obj = args[2];
+    Py_ssize_t block = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (block == -1 && PyErr_Occurred()) return NULL;
+    int partial = PyObject_IsTrue(args[3]);
+    if (partial < 0) return NULL;
     if (block < 1 || block > CH_MAX_BLOCK) {
         PyErr_Format(PyExc_ValueError, "block_size must be 1..%d, not %zd", CH_MAX_BLOCK, block);
         return NULL;
@@ -135,9 +142,12 @@ PyDoc_STRVAR(common_prefix_doc,
 "How many leading items two 1-D buffers of the same item size have in common (bytes\n"
 "compared: for token ids of one dtype, equal items).");
 
-static PyObject *common_prefix(PyObject *self, PyObject *args) {
-    PyObject *a_obj, *b_obj;
-    if (!PyArg_ParseTuple(args, "OO", &a_obj, &b_obj)) return NULL;
+static PyObject *common_prefix(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "common_prefix takes 2 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *a_obj = args[0], *b_obj = args[1];
     Py_buffer a, b;
     if (PyObject_GetBuffer(a_obj, &a, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
     if (PyObject_GetBuffer(b_obj, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
@@ -163,8 +173,8 @@ static PyObject *common_prefix(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"block_hashes", block_hashes, METH_VARARGS, block_hashes_doc},
-    {"common_prefix", common_prefix, METH_VARARGS, common_prefix_doc},
+    {"block_hashes", (PyCFunction)(void (*)(void))block_hashes, METH_FASTCALL, block_hashes_doc},
+    {"common_prefix", (PyCFunction)(void (*)(void))common_prefix, METH_FASTCALL, common_prefix_doc},
     {NULL, NULL, 0, NULL},
 };
 

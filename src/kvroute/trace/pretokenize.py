@@ -143,6 +143,15 @@ class AsciiWordEncoder:
                 _C.encode_words, self._memo, self._bpe, max_words, split.split_digits
             )
 
+    def packed_encoder(self) -> Callable[[str], bytes | None]:
+        """:meth:`encode_packed` as one callable: the C function itself with its memos
+        bound when built (a caller on every request saves this method's Python frame)."""
+        if self._c_chunks is None:
+            return self.encode_packed
+        return functools.partial(
+            self._c_chunks, self._heads, self._chunks, self._encode_new, self.max_words
+        )
+
     @staticmethod
     def accepts(text: str) -> bool:
         """Whether :meth:`encode` can take ``text`` (plain ASCII, see the module doc)."""
@@ -172,7 +181,7 @@ class AsciiWordEncoder:
         c_chunks = self._c_chunks
         if c_chunks is not None:
             found: bytes | None = c_chunks(
-                text, self._heads, self._chunks, self._encode_new, self.max_words
+                self._heads, self._chunks, self._encode_new, self.max_words, text
             )
             return found
         if not self.accepts(text):
