@@ -81,7 +81,7 @@ class PrefixHasher:
         prefix it shares with earlier prompts that began with the same block (a system
         prompt, a conversation so far), and hashes and renders only what follows."""
         block, block_hash = self.block_size_tokens, self._hash
-        if ids.shape[0] < MIN_CHECKPOINT_BLOCKS * block:
+        if len(ids) < MIN_CHECKPOINT_BLOCKS * block:  # len(): .shape builds a tuple
             hashes = block_hash(ids, block, DEFAULT_SEED, True)
             return hashes, orjson.dumps(hashes)
         key = ids[:block].tobytes()

@@ -237,7 +237,7 @@ class CaptureRecords:
         hashes = self._hasher.hashes_json([ids for _, _, ids in made])
         parts: list[_BodyPart] = []
         for j, ((key, fields, ids), (h, h_json)) in enumerate(zip(made, hashes, strict=True)):
-            fields["input_len"] = int(ids.shape[0])
+            fields["input_len"] = len(ids)  # 1-D; .shape builds a tuple
             # orjson.dumps(fields)[1:] once "hashes" is in, with the hashes' JSON reused.
             tail = orjson.dumps(fields)[1:-1] + b',"hashes":' + h_json + b"}"
             fields["hashes"] = h
