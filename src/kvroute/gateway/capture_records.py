@@ -112,7 +112,7 @@ class _BodyPart:
 class _LongBody:
     """A long body made lately (long bodies have no memo key: see ``_body_key``)."""
 
-    __slots__ = ("body", "last_content", "num_messages", "part")
+    __slots__ = ("body", "json", "last_content", "num_messages", "part")
 
     def __init__(
         self, body: dict[str, Any], num_messages: int, last_content: object, part: _BodyPart
@@ -121,6 +121,8 @@ class _LongBody:
         self.num_messages = num_messages
         self.last_content = last_content
         self.part = part
+        self.json: bytes | None = None
+        """The body's JSON, once a look-alike needed it."""
 
 
 RECENT_LONG_BODIES = 4
@@ -303,15 +305,19 @@ class CaptureRecords:
             return None
         last = _last_content(messages)
         recent = self._recent_long
+        body_json: bytes | None = None
         for j in range(len(recent)):
             entry = recent[j]
             if entry.num_messages != len(messages) or entry.last_content != last:
                 continue
             try:
-                same = orjson.dumps(entry.body) == orjson.dumps(body)
+                if body_json is None:
+                    body_json = orjson.dumps(body)
+                if entry.json is None:
+                    entry.json = orjson.dumps(entry.body)
             except (TypeError, orjson.JSONEncodeError):
                 return None
-            if same:
+            if entry.json == body_json:
                 if j:
                     recent.insert(0, recent.pop(j))
                 return entry.part
