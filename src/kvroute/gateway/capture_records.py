@@ -15,8 +15,10 @@ the prompt's length and block hashes, its text when asked)::
 :class:`CaptureRecords` memoises the second part by the body's JSON, so a short body
 seen before (a retry, a client that repeats its prompt) costs a dictionary lookup: no
 tokenizing, no hashing, no JSON for its hashes. Long bodies (1,024+ characters of
-messages) are left to the piece and prefix memos (see ``_body_key``). The line written is the event part's
-JSON joined to the body part's, byte for byte what serialising the whole record gives.
+messages) have no key: a repeat of one of the last few is found by comparison, others
+are left to the piece and prefix memos (:mod:`kvroute.gateway.capture_bodies`). The
+line written is the event part's JSON joined to the body part's, byte for byte what
+serialising the whole record gives.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import orjson
 
 from kvroute.errors import KvrouteError
 from kvroute.gateway.capture_attrs import attr_fields
+from kvroute.gateway.capture_bodies import BodyPart, RecentLongBodies, body_key
 from kvroute.gateway.capture_hashes import PrefixHasher
 from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.gateway.types import Request
@@ -97,39 +100,6 @@ def capture_event(
     )
 
 
-class _BodyPart:
-    """What a body alone decides of its record, and that part's JSON (the object's
-    members after its opening brace: ``"turn":0,...,"hashes":[...]}``). A slotted
-    class: compiled, it is built without running Python (a named tuple's is not)."""
-
-    __slots__ = ("fields", "json_tail")
-
-    def __init__(self, fields: dict[str, Any], json_tail: bytes) -> None:
-        self.fields = fields
-        self.json_tail = json_tail
-
-
-class _LongBody:
-    """A long body made lately (long bodies have no memo key: see ``_body_key``)."""
-
-    __slots__ = ("body", "json", "last_content", "num_messages", "part")
-
-    def __init__(
-        self, body: dict[str, Any], num_messages: int, last_content: object, part: _BodyPart
-    ) -> None:
-        self.body = body
-        self.num_messages = num_messages
-        self.last_content = last_content
-        self.part = part
-        self.json: bytes | None = None
-        """The body's JSON, once a look-alike needed it."""
-
-
-RECENT_LONG_BODIES = 4
-"""Long bodies kept to serve a repeat (a retry, a client or a load test that sends the
-same request again) without tokenizing it."""
-
-
 class CaptureRecords:
     """Events → trace record lines, a batch at a time, with a memo of body parts
     (least recently used first out, at most ``max_bodies`` bodies and about
@@ -153,14 +123,14 @@ class CaptureRecords:
         self.max_memo_bytes = max_memo_bytes
         self.num_body_hits = 0
         self.num_body_misses = 0
-        self._memo: OrderedDict[_BodyKey, _BodyPart] = OrderedDict()
+        self._memo: OrderedDict[bytes, BodyPart] = OrderedDict()
         self._memo_bytes = 0
         self._seen_once: set[int] = set()  # hash() of keys seen once (a collision only
         # lets a body into the memo early: the memo itself compares whole keys)
         self._pseudonyms: dict[str, str] = {}
         self._hasher = PrefixHasher(block_size_tokens)
-        self._recent_long: list[_LongBody] = []
-        """The last long bodies made (they have no memo key), most recent first."""
+        self._recent_long = RecentLongBodies()
+        """The last long bodies made (they have no memo key)."""
 
     def render(
         self, events: Sequence[CaptureEvent], *, observed: bool = False
@@ -191,21 +161,21 @@ class CaptureRecords:
             for e, p in zip(events, parts, strict=True)
         ]
 
-    def _body_parts(self, events: Sequence[CaptureEvent]) -> list[_BodyPart | Exception]:
+    def _body_parts(self, events: Sequence[CaptureEvent]) -> list[BodyPart | Exception]:
         """Each event's body part, from the memo or made now (new bodies tokenized one
         by one, hashed together)."""
         memo = self._memo
-        out: list[_BodyPart | Exception | None] = []
-        new: dict[_BodyKey, int] = {}  # memo key -> index in ``made``
-        made: list[tuple[_BodyKey | None, dict[str, Any], TokenIds]] = []
+        out: list[BodyPart | Exception | None] = []
+        new: dict[bytes, int] = {}  # memo key -> index in ``made``
+        made: list[tuple[bytes | None, dict[str, Any], TokenIds]] = []
         waiting: list[tuple[int, int]] = []  # (event index, index in ``made``)
         repeated: set[int] = set()  # indices in ``made`` of bodies seen twice here
         made_at: list[int] = []  # the event index of each body in ``made``
         for i, event in enumerate(events):
             body = event.body
-            key = _body_key(body)
+            key = body_key(body)
             if key is None and type(body) is dict and self._recent_long:
-                found = self._find_long(body)
+                found = self._recent_long.find(body)
                 if found is not None:
                     self.num_body_hits += 1
                     out.append(found)
@@ -237,18 +207,18 @@ class CaptureRecords:
             made.append((key, fields, ids))
             out.append(None)
         hashes = self._hasher.hashes_json([ids for _, _, ids in made])
-        parts: list[_BodyPart] = []
+        parts: list[BodyPart] = []
         for j, ((key, fields, ids), (h, h_json)) in enumerate(zip(made, hashes, strict=True)):
             fields["input_len"] = len(ids)  # 1-D; .shape builds a tuple
             # orjson.dumps(fields)[1:] once "hashes" is in, with the hashes' JSON reused.
             tail = orjson.dumps(fields)[1:-1] + b',"hashes":' + h_json + b"}"
             fields["hashes"] = h
-            part = _BodyPart(fields, tail)
+            part = BodyPart(fields, tail)
             parts.append(part)
             if key is not None:
                 self._remember(key, part, seen_twice=j in repeated)
             elif type(body := events[made_at[j]].body) is dict:
-                self._keep_long(body, part)
+                self._recent_long.keep(body, part)
         for i, j in waiting:
             out[i] = parts[j]
         return out  # type: ignore[return-value]
@@ -296,43 +266,7 @@ class CaptureRecords:
             rec["usage_prompt_tokens"] = event.prompt_tokens
         return rec
 
-    def _find_long(self, body: dict[str, Any]) -> _BodyPart | None:
-        """The part of a long body equal to one of the last :data:`RECENT_LONG_BODIES`
-        made: compared by their last message's text (what a new request changes, so a
-        new body costs a string comparison per entry), then by their JSON."""
-        messages = body.get("messages")
-        if type(messages) is not list or not messages:
-            return None
-        last = _last_content(messages)
-        recent = self._recent_long
-        body_json: bytes | None = None
-        for j in range(len(recent)):
-            entry = recent[j]
-            if entry.num_messages != len(messages) or entry.last_content != last:
-                continue
-            try:
-                if body_json is None:
-                    body_json = orjson.dumps(body)
-                if entry.json is None:
-                    entry.json = orjson.dumps(entry.body)
-            except (TypeError, orjson.JSONEncodeError):
-                return None
-            if entry.json == body_json:
-                if j:
-                    recent.insert(0, recent.pop(j))
-                return entry.part
-        return None
-
-    def _keep_long(self, body: dict[str, Any], part: _BodyPart) -> None:
-        messages = body.get("messages")
-        if type(messages) is not list or not messages:
-            return
-        recent = self._recent_long
-        recent.insert(0, _LongBody(body, len(messages), _last_content(messages), part))
-        if len(recent) > RECENT_LONG_BODIES:
-            recent.pop()
-
-    def _remember(self, key: _BodyKey, part: _BodyPart, *, seen_twice: bool) -> None:
+    def _remember(self, key: bytes, part: BodyPart, *, seen_twice: bool) -> None:
         seen = self._seen_once
         key_hash = hash(key)
         if key_hash not in seen and not seen_twice:
@@ -382,49 +316,6 @@ def capture_record(
     return rec
 
 
-_BodyKey = bytes
-"""A body's memo key: its JSON."""
-
-_LONG_MESSAGES_CHARS = 1024
-"""Bodies whose messages hold this many characters or more have no memo entry (see
-_body_key)."""
-
-
-def _body_key(body: Mapping[str, Any]) -> _BodyKey | None:
-    """The memo key of a body (equal keys, equal records): its JSON; None when it has
-    none (not a dict, not JSON, or messages of 1,024+ characters in all). A long body
-    is left to the finer memos: its messages' pieces come from the piece memo (a long
-    message found by comparing it with the last long ones, not by hashing it: 4 KB of
-    text costs ~1.3 µs to hash), its block hashes from the prefix memo, so a repeat
-    costs a few µs more than a memo hit, while keying it would serialise or hash all
-    of its text on every request, new or not."""
-    if type(body) is not dict:
-        return None
-    messages = body.get("messages")
-    if type(messages) is list and _text_chars(messages) >= _LONG_MESSAGES_CHARS:
-        return None
-    try:
-        return orjson.dumps(body)
-    except (TypeError, orjson.JSONEncodeError):
-        return None
-
-
-def _last_content(messages: list[Any]) -> object:
-    """The last message's content (None when it is not a dict)."""
-    last = messages[-1]
-    return last.get("content") if type(last) is dict else None
-
-
-def _text_chars(messages: list[Any]) -> int:
-    """The length of the messages' string contents."""
-    total = 0
-    for message in messages:
-        content = message.get("content") if type(message) is dict else None
-        if type(content) is str:
-            total += len(content)
-    return total
-
-
 def _to_micros(unix_s: float) -> float:
     """``unix_s`` to the microsecond, within 0.63 µs (the product's rounding error
     aside, the nearest microsecond). ``round(unix_s, 6)``, always the nearest, goes
@@ -432,7 +323,7 @@ def _to_micros(unix_s: float) -> float:
     return math.floor(unix_s * 1e6 + 0.5) / 1e6
 
 
-def _entry_bytes(key: _BodyKey, part: _BodyPart) -> int:
+def _entry_bytes(key: bytes, part: BodyPart) -> int:
     """About what a memo entry holds: its key's text, its JSON, and per hash a Python
     int and its list slot (~40 bytes)."""
     return len(key) + len(part.json_tail) + 40 * len(part.fields["hashes"])

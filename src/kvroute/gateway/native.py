@@ -17,6 +17,7 @@ COMPILED = (
     "prompt_tokens",
     "chat_pieces",
     "capture_records",
+    "capture_bodies",
     "capture_attrs",
     "capture_hashes",
     "traffic_shape",
