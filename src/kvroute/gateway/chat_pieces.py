@@ -229,7 +229,7 @@ class ChatPieces:
             key = keys[i]
             memo_key = (tools_key, i == 0, key)
             memo_keys.append(memo_key)
-            long = type(key) is tuple and len(key[1]) >= LONG_MESSAGE_CHARS
+            long = _is_long(key)
             found = self._recent_long(memo_key) if long else None
             if found is None:
                 found = memo.get(memo_key)
@@ -265,7 +265,7 @@ class ChatPieces:
                 out[i] = memo[memo_key] = piece
                 if len(memo) > self.max_pieces:
                     memo.popitem(last=False)
-                if isinstance(key, tuple) and len(key[1]) >= LONG_MESSAGE_CHARS:
+                if _is_long(key):
                     self._keep_long(memo_key, piece)
                 if i == 0:
                     base = piece.text
@@ -390,6 +390,11 @@ def message_key(message: Message) -> object:
         if type(role) is str and type(content) is str:
             return (role, content)
     return orjson.dumps(message)
+
+
+def _is_long(message_key: object) -> bool:
+    """A plain message (its key is (role, content)) of :data:`LONG_MESSAGE_CHARS`+."""
+    return type(message_key) is tuple and len(message_key[1]) >= LONG_MESSAGE_CHARS
 
 
 def _text_only(text: str) -> Piece:
