@@ -4,7 +4,8 @@ Four ``llama-server`` replicas (SmolLM2-135M GGUF, ``--parallel 2``, 4096 tokens
 slot, ``--cache-ram 0`` so a slot is the only cache, ``cache_prompt`` on: the server's
 default) are started once. Then, for each workload (``agent``, ``multiturn`` from
 ``kvroute bench``, one pre-generated schedule each, ``max_tokens`` cut to a few tokens
-with ``ignore_eos``) and each front in turn:
+with ``ignore_eos``; ``multiturn-own`` gives each session its own system prompt,
+``multiturn-long`` runs 8 turns a session instead of 4) and each front in turn:
 
 - ``kvroute-rr``: ``kvroute serve``, policy ``round_robin``;
 - ``kvroute-ca``: ``kvroute serve``, policy ``cache_aware`` (its defaults; each backend's
@@ -30,8 +31,8 @@ sglang-router is installed into a throwaway venv (never the project's)::
     python3 -m venv /tmp/kvroute-bench/sglr-venv
     /tmp/kvroute-bench/sglr-venv/bin/pip install sglang-router
 
-Run: ``nice .venv/bin/python bench/gateway_cache_routing.py`` (about an hour on 2 shared
-cores). Writes ``bench/gateway_cache_routing_results.json`` and prints a table.
+Run: ``nice .venv/bin/python bench/gateway_cache_routing.py`` (about an hour and a half on
+2 shared cores). Writes ``bench/gateway_cache_routing_results.json`` and prints a table.
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ _MULTITURN = {
 WORKLOADS: dict[str, tuple[str, dict[str, str]]] = {
     "multiturn": ("multiturn", _MULTITURN),
     "multiturn-own": ("multiturn", _MULTITURN | {"shared_system": "false"}),
+    # Sessions twice as long: where "hit >= 2x round robin" is within reach at all. On
+    # the 4-turn schedules round robin's hit is more than half the ideal, since every
+    # replica soon holds the shared system prompt (bench/RESULTS.md).
+    "multiturn-long": ("multiturn", _MULTITURN | {"turns": "8"}),
     "agent": (
         "agent",
         {

@@ -40,8 +40,31 @@ def test_conversation_turns_reuse_earlier_pieces(tokenizer: ChatTokenizer) -> No
         messages.append({"role": "user", "content": f"Question {turn}?"})
         ids = prompts.token_ids({"messages": messages})
         assert ids is not None and np.array_equal(ids, tokenizer.encode_chat(messages))
+        ids[0] = ids[0]  # writable: a caller may change its copy
+        # Packed (capture's form): the same ids as native uint32 bytes.
+        assert prompts.packed_ids({"messages": messages}) == ids.astype(np.uint32).tobytes()
         messages.append({"role": "assistant", "content": f"Answer {turn}."})
     assert prompts.num_piece_hits > prompts.num_piece_misses
+
+
+def test_packed_ids_of_every_kind_of_body(tokenizer: ChatTokenizer) -> None:
+    """Chat bodies the piece memo takes, ones it does not (a tool message, a template
+    it cannot split), completions as text or ids: packed equals the array's bytes."""
+    prompts = PromptTokens(tokenizer)
+    bodies: list[dict[str, Any]] = [
+        {"messages": [{"role": "user", "content": "hi"}]},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "parts"}]}]},
+        {"prompt": "a completion prompt"},
+        {"prompt": [5, 6, 7]},
+        {"prompt": [True]},
+    ]
+    for body in bodies:
+        ids = prompts.token_ids(body)
+        packed = prompts.packed_ids(body)
+        if ids is None:
+            assert packed is None
+        else:
+            assert isinstance(packed, bytes) and packed == ids.astype(np.uint32).tobytes()
 
 
 def test_bodies_that_cannot_be_tokenized_give_none(tokenizer: ChatTokenizer) -> None:

@@ -58,6 +58,40 @@ def test_c_matches_on_real_sized_prompts_and_large_ids() -> None:
     assert fast_chain.block_hashes(negative, 2) == prompt_block_hashes(negative, 2).tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**32 - 1), max_size=200),
+    st.integers(1, 40),
+    st.integers(0, 2**64 - 1),
+)
+def test_packed_bytes_hash_as_their_uint32_ids(
+    tokens: list[int], block_size: int, parent: int
+) -> None:
+    """``bytes`` are token ids packed as native uint32 (how the gateway joins a prompt's
+    pieces), in C and in the numpy fallback alike."""
+    ids = np.array(tokens, dtype=np.uint32)
+    expected = fast_chain.numpy_block_hashes(ids, block_size, parent)
+    assert fast_chain.block_hashes(ids.tobytes(), block_size, parent) == expected
+    assert fast_chain.numpy_block_hashes(ids.tobytes(), block_size, parent) == expected
+    if fast_chain.active():
+        assert fast_chain.native() is not None
+        block_hashes = fast_chain.native()[0]  # type: ignore[index]
+        assert (
+            block_hashes(ids.tobytes(), block_size, parent, False)
+            == expected[: len(tokens) // block_size]
+        )
+
+
+@needs_build
+def test_c_refuses_packed_bytes_that_are_not_whole_ids() -> None:
+    for call in (
+        lambda: fast_chain.block_hashes(b"\x01\x00\x00\x00\x02", 2),
+        lambda: fast_chain.common_prefix(b"\x01\x00\x00", b"\x01\x00\x00\x00"),
+    ):
+        with pytest.raises(ValueError, match="multiple of 4 bytes"):
+            call()
+
+
 @needs_build
 def test_c_rejects_what_is_not_a_row_of_integers() -> None:
     with pytest.raises(TypeError, match="1-D buffer of integers"):
@@ -125,6 +159,10 @@ def test_common_prefix_counts_equal_leading_tokens(a: list[int], b: list[int], d
     x, y = np.array(a, dtype=dtype), np.array(b, dtype=dtype)
     assert fast_chain.common_prefix(x, y) == expected
     assert fast_chain.common_prefix(y, x) == expected
+    # Packed uint32 bytes, with each other or with a uint32 array.
+    px, py = np.array(a, dtype=np.uint32), np.array(b, dtype=np.uint32)
+    assert fast_chain.common_prefix(px.tobytes(), py.tobytes()) == expected
+    assert fast_chain.common_prefix(px.tobytes(), py) == expected
 
 
 @pytest.mark.parametrize("at", [0, 1, 255, 256, 257, 511, 1000, 2047, None])

@@ -67,24 +67,27 @@ class PrefixHasher:
         """One by one: a first block's token bytes -> the prompts that begin with it."""
         self._lead_bytes = 0
         native = fast_chain.native()
-        self._hash: Callable[[TokenIds, int, int, bool], list[int]] = (
+        self._hash: Callable[[bytes, int, int, bool], list[int]] = (
             native[0] if native is not None else _python_hash
         )
         """``block_hashes(ids, block_size, parent, partial)``: the C function itself when
-        built (the ids are contiguous: a prompt's, or a slice of one)."""
-        self._common: Callable[[TokenIds, TokenIds], int] = (
+        built (it reads packed ids in place)."""
+        self._common: Callable[[bytes, bytes], int] = (
             native[1] if native is not None else fast_chain.common_prefix
         )
 
-    def _one(self, ids: TokenIds) -> tuple[list[int], bytes]:
-        """One prompt's hashes and JSON, in C; a long prompt reuses the hashes of the
-        prefix it shares with earlier prompts that began with the same block (a system
-        prompt, a conversation so far), and hashes and renders only what follows."""
+    def _one(self, ids: bytes) -> tuple[list[int], bytes]:
+        """One prompt's hashes and JSON, in C, from its ids packed as native uint32 (a
+        bytes object: slicing and reading it cost a fraction of a numpy array's); a long
+        prompt reuses the hashes of the prefix it shares with earlier prompts that began
+        with the same block (a system prompt, a conversation so far), and hashes and
+        renders only what follows."""
         block, block_hash = self.block_size_tokens, self._hash
-        if len(ids) < MIN_CHECKPOINT_BLOCKS * block:  # len(): .shape builds a tuple
+        width = 4 * block  # bytes per block
+        if len(ids) < MIN_CHECKPOINT_BLOCKS * width:
             hashes = block_hash(ids, block, DEFAULT_SEED, True)
             return hashes, orjson.dumps(hashes)
-        key = ids[:block].tobytes()
+        key = ids[:width]
         lead = self._leads.get(key)
         if lead is None:
             self._keep(key, _Lead(ids))
@@ -92,17 +95,19 @@ class PrefixHasher:
             return hashes, orjson.dumps(hashes)
         self._leads.move_to_end(key)
         common = self._common(ids, lead.last) // block
-        self._lead_bytes += ids.nbytes - lead.last.nbytes
+        self._lead_bytes += len(ids) - len(lead.last)
         lead.last = ids
         self._trim()
         shared = lead.shared
         num_shared = len(shared)
         if num_shared and common >= num_shared:
             self.num_prefix_hits += 1
-            rest = block_hash(ids[num_shared * block :], block, shared[-1], True)
+            rest = block_hash(ids[num_shared * width :], block, shared[-1], True)
             if not rest:
-                return list(shared), b"[" + lead.shared_json + b"]"
-            return shared + rest, b"[" + lead.shared_json + b"," + orjson.dumps(rest)[1:]
+                return list(shared), b"".join((b"[", lead.shared_json, b"]"))
+            # One join: concatenating copied the ~1 KB of digits once per operator.
+            rendered = b"".join((b"[", lead.shared_json, b",", orjson.dumps(rest)[1:]))
+            return shared + rest, rendered
         hashes = block_hash(ids, block, DEFAULT_SEED, True)
         if common >= MIN_CHECKPOINT_BLOCKS:  # first seen, or shorter than the last
             lead.shared = hashes[:common]
@@ -111,7 +116,7 @@ class PrefixHasher:
 
     def _keep(self, key: bytes, lead: _Lead) -> None:
         self._leads[key] = lead
-        self._lead_bytes += lead.last.nbytes
+        self._lead_bytes += len(lead.last)
         self._trim()
 
     def _trim(self) -> None:
@@ -120,20 +125,27 @@ class PrefixHasher:
         leads = self._leads
         while leads and 3 * self._lead_bytes > self.max_memo_bytes:
             _, old = leads.popitem(last=False)
-            self._lead_bytes -= old.last.nbytes
+            self._lead_bytes -= len(old.last)
 
-    def hashes(self, token_ids: Sequence[TokenIds]) -> list[list[int]]:
+    def hashes(self, token_ids: Sequence[TokenIds | bytes]) -> list[list[int]]:
         """Each prompt's block hashes (full blocks, then the partial last one)."""
         return [hashes for hashes, _ in self.hashes_json(token_ids)]
 
-    def hashes_json(self, token_ids: Sequence[TokenIds]) -> list[tuple[list[int], bytes]]:
+    def hashes_json(self, token_ids: Sequence[TokenIds | bytes]) -> list[tuple[list[int], bytes]]:
         """Each prompt's block hashes, and their JSON array (what ``orjson.dumps`` gives
-        them: a remembered prefix's share of it is kept rendered too)."""
+        them: a remembered prefix's share of it is kept rendered too). A prompt's ids
+        are an array, or ``bytes`` of packed native uint32 (see :func:`packed`)."""
         if not token_ids:
             return []
-        block, memo = self.block_size_tokens, self._memo
         if self.one_by_one:
-            return [self._one(ids) for ids in token_ids]
+            return [self._one(packed(ids)) for ids in token_ids]
+        return self._vectorised(
+            [np.frombuffer(ids, np.uint32) if isinstance(ids, bytes) else ids for ids in token_ids]
+        )
+
+    def _vectorised(self, token_ids: Sequence[TokenIds]) -> list[tuple[list[int], bytes]]:
+        """:meth:`hashes_json` with numpy over the whole batch, with the prefix memo."""
+        block, memo = self.block_size_tokens, self._memo
         min_tokens = MIN_CHECKPOINT_BLOCKS * block
         if all(ids.shape[0] < min_tokens for ids in token_ids):
             chained = _chained(token_ids, [DEFAULT_SEED] * len(token_ids), block)
@@ -183,8 +195,15 @@ class PrefixHasher:
 _NONE_KNOWN: tuple[list[int], bytes] = ([], b"")
 
 
-def _python_hash(ids: TokenIds, block_size_tokens: int, parent: int, partial: bool) -> list[int]:
+def _python_hash(ids: bytes, block_size_tokens: int, parent: int, partial: bool) -> list[int]:
     return fast_chain.block_hashes(ids, block_size_tokens, parent, partial=partial)
+
+
+def packed(ids: TokenIds | bytes) -> bytes:
+    """A prompt's ids as ``bytes`` of native uint32 (unchanged when they are already)."""
+    if type(ids) is bytes:
+        return ids
+    return np.ascontiguousarray(ids, dtype=np.uint32).tobytes()
 
 
 class _Lead:
@@ -195,7 +214,7 @@ class _Lead:
 
     __slots__ = ("last", "shared", "shared_json")
 
-    def __init__(self, last: TokenIds) -> None:
+    def __init__(self, last: bytes) -> None:
         self.last = last
         self.shared: list[int] = []
         self.shared_json = b""

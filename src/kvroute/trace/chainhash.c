@@ -71,6 +71,30 @@ static reader reader_for(const Py_buffer *view) {
     }
 }
 
+/* The tokens of ``obj``: a bytes object is native uint32 packed (how the gateway joins a
+ * prompt's ids), read in place (a numpy array's buffer export costs more than hashing a
+ * short prompt); anything else through the buffer protocol. Release with
+ * PyBuffer_Release (a no-op for bytes: ``view->obj`` stays NULL). */
+static int get_tokens(PyObject *obj, Py_buffer *view) {
+    if (PyBytes_CheckExact(obj)) {
+        Py_ssize_t len = PyBytes_GET_SIZE(obj);
+        if (len % 4) {
+            PyErr_Format(PyExc_ValueError,
+                         "packed token ids must be a multiple of 4 bytes long, not %zd", len);
+            return -1;
+        }
+        memset(view, 0, sizeof(*view));
+        view->buf = PyBytes_AS_STRING(obj);
+        view->len = len;
+        view->itemsize = 4;
+        view->format = (char *)"I";
+        view->ndim = 1;
+        view->readonly = 1;
+        return 0;
+    }
+    return PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS);
+}
+
 static uint64_t block_content(const char *data, reader read, Py_ssize_t start, Py_ssize_t len) {
     uint64_t acc = 0;
     if (read == read_u32) { /* the common case: token ids as uint32, no call per token */
@@ -84,9 +108,9 @@ static uint64_t block_content(const char *data, reader read, Py_ssize_t start, P
 
 PyDoc_STRVAR(block_hashes_doc,
 "block_hashes(tokens, block_size, parent, partial) -> list[int]\n\n"
-"Chained hashes of the full blocks of ``tokens`` (a 1-D buffer of integers), the chain\n"
-"continuing from ``parent``; with ``partial``, then the hash of the partial last block\n"
-"(if any), chained the same way.");
+"Chained hashes of the full blocks of ``tokens`` (a 1-D buffer of integers, or bytes of\n"
+"packed native uint32), the chain continuing from ``parent``; with ``partial``, then the\n"
+"hash of the partial last block (if any), chained the same way.");
 
 /* Arguments by position, no tuple or format string to parse (a capture record calls
    this and common_prefix once each). */
@@ -107,7 +131,7 @@ static PyObject *block_hashes(PyObject *self, PyObject *const *args, Py_ssize_t 
     uint64_t h = PyLong_AsUnsignedLongLong(parent_obj);
     if (h == (uint64_t)-1 && PyErr_Occurred()) return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(tokens, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    if (get_tokens(tokens, &view) < 0) return NULL;
     PyObject *out = NULL;
     reader read = reader_for(&view);
     if (read == NULL || view.ndim > 1) {
@@ -140,7 +164,8 @@ done:
 PyDoc_STRVAR(common_prefix_doc,
 "common_prefix(a, b) -> int\n\n"
 "How many leading items two 1-D buffers of the same item size have in common (bytes\n"
-"compared: for token ids of one dtype, equal items).");
+"compared: for token ids of one dtype, equal items); bytes are packed uint32 as in\n"
+"block_hashes.");
 
 static PyObject *common_prefix(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
@@ -149,8 +174,8 @@ static PyObject *common_prefix(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     PyObject *a_obj = args[0], *b_obj = args[1];
     Py_buffer a, b;
-    if (PyObject_GetBuffer(a_obj, &a, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-    if (PyObject_GetBuffer(b_obj, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    if (get_tokens(a_obj, &a) < 0) return NULL;
+    if (get_tokens(b_obj, &b) < 0) {
         PyBuffer_Release(&a);
         return NULL;
     }

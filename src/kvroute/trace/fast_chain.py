@@ -31,7 +31,7 @@ def active() -> bool:
 
 
 def block_hashes(
-    tokens: npt.NDArray[np.integer],
+    tokens: npt.NDArray[np.integer] | bytes,
     block_size_tokens: int,
     parent: int = DEFAULT_SEED,
     *,
@@ -39,25 +39,28 @@ def block_hashes(
 ) -> list[int]:
     """The chained hashes of ``tokens``' full blocks, continuing from ``parent`` (the
     seed, for a whole prompt), then with ``partial`` the partial last block's: what
-    :func:`~kvroute.trace.writer.prompt_block_hashes` gives, as Python ints."""
+    :func:`~kvroute.trace.writer.prompt_block_hashes` gives, as Python ints. ``tokens``
+    is an array of integers, or ``bytes`` of packed native uint32 (read in place)."""
     if _NATIVE is not None:
         try:
             return _NATIVE(tokens, block_size_tokens, parent, partial)
         except (BufferError, ValueError):  # a strided view: hash a contiguous copy (a bad
-            # block size raises again)
+            # block size, or bytes that are not whole ids, raise again)
+            if isinstance(tokens, bytes):
+                raise
             return _NATIVE(np.ascontiguousarray(tokens), block_size_tokens, parent, partial)
     return numpy_block_hashes(tokens, block_size_tokens, parent, partial=partial)
 
 
 def numpy_block_hashes(
-    tokens: npt.NDArray[np.integer],
+    tokens: npt.NDArray[np.integer] | bytes,
     block_size_tokens: int,
     parent: int = DEFAULT_SEED,
     *,
     partial: bool = True,
 ) -> list[int]:
     """:func:`block_hashes` with numpy (the fallback, and the tests' reference)."""
-    tokens = np.asarray(tokens)
+    tokens = as_array(tokens)
     out: list[int] = chain_hashes(tokens, block_size_tokens, parent).tolist()
     tail = tokens[len(out) * block_size_tokens :]
     if partial and tail.shape[0]:
@@ -78,11 +81,20 @@ def native() -> tuple[Callable[[Any, int, int, bool], list[int]], Callable[[Any,
     return _NATIVE, _COMMON
 
 
-def common_prefix(a: npt.NDArray[np.integer], b: npt.NDArray[np.integer]) -> int:
-    """How many leading tokens ``a`` and ``b`` (contiguous, one dtype) share."""
+def common_prefix(a: npt.NDArray[np.integer] | bytes, b: npt.NDArray[np.integer] | bytes) -> int:
+    """How many leading tokens ``a`` and ``b`` (contiguous, one item size; ``bytes``
+    are packed uint32) share."""
     if _COMMON is not None:
         found: int = _COMMON(a, b)
         return found
+    a, b = as_array(a), as_array(b)
     n = min(a.shape[0], b.shape[0])
     differ = np.flatnonzero(a[:n] != b[:n])
     return int(differ[0]) if differ.shape[0] else n
+
+
+def as_array(tokens: npt.NDArray[np.integer] | bytes) -> npt.NDArray[np.integer]:
+    """``tokens`` as an array: ``bytes`` are read as packed native uint32."""
+    if isinstance(tokens, bytes):
+        return np.frombuffer(tokens, dtype=np.uint32)
+    return np.asarray(tokens)
