@@ -41,12 +41,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import orjson
 
 from kvroute.errors import KvrouteError
 from kvroute.trace.tokenizer import ChatTokenizer
-from kvroute.types import Message, TokenIds
+from kvroute.types import Message
 
 logger = logging.getLogger("kvroute.gateway.chat_pieces")
 
@@ -73,11 +72,6 @@ class Piece:
         """Its token ids as native uint32 (a prompt's ids are one ``bytes.join`` of these)."""
         self.starts_at_added_token = starts_at_added_token
         """The text begins with an added token, so its ids follow any text's ids unchanged."""
-
-    @property
-    def ids(self) -> TokenIds:
-        """The token ids (a read-only view of ``packed_ids``)."""
-        return np.frombuffer(self.packed_ids, dtype=np.uint32)
 
     def __repr__(self) -> str:
         return f"Piece({self.text!r}, {len(self.packed_ids) // 4} ids)"
