@@ -19,6 +19,7 @@ from kvroute.engines.base import HealthState
 from kvroute.engines.launch import LaunchOptions
 from kvroute.engines.llamacpp import LlamaCppAdapter
 from kvroute.engines.local import EngineState, LocalEngines, StartProgress, free_port
+from kvroute.engines.paths import LLAMA_CPP_VERSION
 from kvroute.engines.process import Lifetime, StopOutcome, group_members, identify
 from kvroute.engines.state import EngineRecord, StateDir
 from kvroute.errors import EngineError
@@ -133,6 +134,36 @@ def test_failed_start_leaves_nothing_behind(tmp_path: Path) -> None:
     asyncio.run(run())
     assert state.records() == []
     assert _processes_mentioning(bogus.name) == []
+
+
+def test_engine_killed_by_a_signal_at_start_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A binary that crashes while loading (the AMX build of issue 18 died with SIGSEGV)
+    is reported with its signal and its log, not as a bare exit. A real llama-server
+    cannot be made to segfault on demand, so a stand-in binary plays it."""
+    cache = tmp_path / "cache"
+    binary = cache / "llama.cpp" / LLAMA_CPP_VERSION / "bin" / "llama-server"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\necho 'load_tensors: loading model'\nsleep 0.5\nkill -SEGV $$\n")
+    binary.chmod(0o755)
+    (cache / "models").mkdir()
+    (cache / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"GGUF")
+    monkeypatch.setenv("KVROUTE_CACHE", str(cache))
+    monkeypatch.delenv("KVROUTE_MODEL", raising=False)
+    state = StateDir(tmp_path / "state")
+
+    async def run() -> None:
+        async with httpx.AsyncClient() as client:
+            engines = LocalEngines(state, client=client)
+            with pytest.raises(EngineError) as failure:
+                await engines.up("llamacpp", options=SMALL, ready_timeout_s=30)
+            assert "exited while starting (killed by SIGSEGV)" in str(failure.value)
+            assert failure.value.hint is not None
+            assert "load_tensors: loading model" in failure.value.hint
+
+    asyncio.run(run())
+    assert state.records() == []
 
 
 def test_interrupted_up_stops_what_it_started(tmp_path: Path) -> None:

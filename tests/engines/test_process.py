@@ -17,6 +17,7 @@ from kvroute.engines.process import (
     Lifetime,
     ProcessId,
     StopOutcome,
+    collect_exit,
     group_members,
     identify,
     is_running,
@@ -146,3 +147,31 @@ def test_unstartable_program_is_an_engine_error(tmp_path: Path) -> None:
             log_path=tmp_path / "log",
             lifetime=Lifetime.DETACHED,
         )
+
+
+@pytest.mark.parametrize(
+    ("script", "described"),
+    [("kill -SEGV $$", "killed by SIGSEGV"), ("exit 3", "exited with status 3")],
+)
+def test_collect_exit_says_how_a_child_ended(tmp_path: Path, script: str, described: str) -> None:
+    proc = spawn(
+        ["sh", "-c", f"echo starting; sleep 0.3; {script}"],
+        env=dict(os.environ),
+        log_path=tmp_path / "log.txt",
+        lifetime=Lifetime.DETACHED,
+    )
+    assert _wait_until(lambda: identify(proc.pid) is None)
+    ended = collect_exit(proc)
+    assert ended is not None and ended.describe() == described
+    assert collect_exit(proc) is None  # reaped once: the status is not invented twice
+
+
+def test_collect_exit_is_none_while_running(tmp_path: Path) -> None:
+    proc = spawn(
+        ["sleep", "30"], env=dict(os.environ), log_path=tmp_path / "l", lifetime=Lifetime.DETACHED
+    )
+    try:
+        assert collect_exit(proc) is None
+        assert is_running(proc)
+    finally:
+        stop_group(proc)

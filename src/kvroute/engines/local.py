@@ -24,7 +24,14 @@ import httpx
 
 from kvroute.engines.base import Health, HealthState
 from kvroute.engines.launch import HOST, LaunchCommand, LaunchOptions, launcher_registry, split_cpus
-from kvroute.engines.process import Lifetime, StopOutcome, is_running, spawn, stop_group
+from kvroute.engines.process import (
+    Lifetime,
+    StopOutcome,
+    collect_exit,
+    is_running,
+    spawn,
+    stop_group,
+)
 from kvroute.engines.registry import make_adapter
 from kvroute.engines.state import EngineRecord, StateDir
 from kvroute.errors import EngineError, UsageError
@@ -214,8 +221,10 @@ class LocalEngines:
                 )
             for record, health in zip(records, healths, strict=True):
                 if health is None:
+                    ended = collect_exit(record.process)
+                    how = f" ({ended.describe()})" if ended is not None else ""
                     raise EngineError(
-                        f"{record.name} exited while starting",
+                        f"{record.name} exited while starting{how}",
                         hint=f"end of {record.log_path}:\n{tail_log(Path(record.log_path))}",
                     )
             if all(h is not None and h.is_ready for h in healths):

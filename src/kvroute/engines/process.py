@@ -144,7 +144,8 @@ def spawn(
     if proc is None:  # exited at once; reap it and report
         child.wait()
         raise EngineError(
-            f"{argv[0]} exited at once (status {child.returncode})", hint=f"see {log_path}"
+            f"{argv[0]} exited at once ({_describe_returncode(child.returncode)})",
+            hint=f"see {log_path}",
         )
     # The Popen object is dropped on purpose: the engine is tracked by ProcessId, so a
     # later process (``kvroute engines down``) can stop it. Reaping is done in stop_group.
@@ -184,6 +185,54 @@ def stop_group(proc: ProcessId, *, timeout_s: float = 30.0) -> StopOutcome:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
+
+
+@dataclass(frozen=True, slots=True)
+class ExitStatus:
+    """How an engine process ended: its exit code, or the signal that killed it."""
+
+    code: int | None
+    signal: signal.Signals | None
+
+    def describe(self) -> str:
+        """``'killed by SIGSEGV'`` or ``'exited with status 1'``."""
+        if self.signal is not None:
+            return f"killed by {self.signal.name}"
+        return f"exited with status {self.code}"
+
+
+def _describe_returncode(returncode: int) -> str:
+    """Popen's returncode (minus the signal number for a death by signal) in words."""
+    if returncode < 0:
+        try:
+            return ExitStatus(code=None, signal=signal.Signals(-returncode)).describe()
+        except ValueError:
+            pass
+    return ExitStatus(code=returncode, signal=None).describe()
+
+
+def collect_exit(proc: ProcessId) -> ExitStatus | None:
+    """Reap ``proc`` if it has ended and is this process's child; how it ended.
+
+    None when it still runs, is not our child (started by another ``kvroute``), or was
+    reaped already. Reaping removes the zombie, so call it once, when the exit is seen.
+    """
+    stat = _read_stat(proc.pid)
+    if stat is None or stat.start_ticks != proc.start_ticks or stat.state != "Z":
+        return None
+    try:
+        pid, status = os.waitpid(proc.pid, os.WNOHANG)
+    except (ChildProcessError, OSError):
+        return None
+    if pid == 0:
+        return None
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return ExitStatus(code=None, signal=signal.Signals(number))
+        except ValueError:
+            return ExitStatus(code=128 + number, signal=None)
+    return ExitStatus(code=os.waitstatus_to_exitcode(status), signal=None)
 
 
 def _reap(pid: int) -> None:
