@@ -58,12 +58,13 @@ class _Flow:
     """The bookkeeping of a committed response: ends exactly once, whether the stream
     finished, failed, or was abandoned by a client that left."""
 
-    __slots__ = ("backend", "done", "exchange", "proxy", "request")
+    __slots__ = ("backend", "done", "exchange", "probe", "proxy", "request")
 
     def __init__(
-        self, proxy: Proxy, request: Request, backend: Backend, exchange: Exchange
+        self, proxy: Proxy, request: Request, backend: Backend, exchange: Exchange, probe: bool
     ) -> None:
         self.proxy, self.request, self.backend, self.exchange = proxy, request, backend, exchange
+        self.probe = probe
         self.done = False
 
     def end(self, failure: UpstreamFailure | None = None, *, abandoned: bool = False) -> None:
@@ -80,6 +81,7 @@ class _Flow:
         elif abandoned:
             self.exchange.abort()
             ctx.error_kind = "client_disconnect"
+            self.backend.breaker.on_release(self.probe)
         else:
             self.backend.breaker.on_success()
 
@@ -161,7 +163,7 @@ class Proxy:
             headers.append(("authorization", f"Bearer {backend.config.api_key}"))
         upstream = UpstreamRequest("POST", request.path, tuple(headers), fwd.payload)
         now = self.clock()
-        backend.breaker.on_send(now)
+        probe = backend.breaker.on_send(now)
         backend.num_outstanding += 1
         exchange: Exchange | None = None
         committed = False
@@ -180,17 +182,19 @@ class Proxy:
             if stream and exchange.status == 200:
                 first = await _read_first(exchange, first_deadline, self.clock)
                 committed = True
-                return self._stream_response(fwd, backend, exchange, first, deadline)
+                return self._stream_response(fwd, backend, exchange, first, deadline, probe)
             body = await _read_all(exchange, deadline, self.clock)
             committed = True
-            return self._full_response(fwd, backend, exchange, body)
+            return self._full_response(fwd, backend, exchange, body, probe)
         except UpstreamFailure as exc:
             backend.num_outstanding -= 1
             self.record_failure(backend, exc, self.clock())
             raise
         except BaseException:
+            # The client left (cancelled) or a bug: no verdict on the backend.
             if not committed:
                 backend.num_outstanding -= 1
+                backend.breaker.on_release(probe)
                 if exchange is not None:
                     exchange.abort()
             raise
@@ -206,13 +210,16 @@ class Proxy:
         return headers
 
     def _full_response(
-        self, fwd: Forward, backend: Backend, exchange: Exchange, body: bytes
+        self, fwd: Forward, backend: Backend, exchange: Exchange, body: bytes, probe: bool
     ) -> Response:
         ctx = fwd.request.ctx
         backend.num_outstanding -= 1
         ctx.e2e_s = self.clock() - fwd.request.received_s
         if exchange.status < 500:
             backend.breaker.on_success()  # it answered; a 4xx is the request's fault
+        else:
+            # A 500 is about this request as often as the backend: no verdict either way.
+            backend.breaker.on_release(probe)
         if exchange.status == 200:
             try:
                 decoded = orjson.loads(body)
@@ -225,9 +232,15 @@ class Proxy:
         return Response(exchange.status, self._headers(fwd, backend, exchange), body)
 
     def _stream_response(
-        self, fwd: Forward, backend: Backend, exchange: Exchange, first: bytes, deadline: float
+        self,
+        fwd: Forward,
+        backend: Backend,
+        exchange: Exchange,
+        first: bytes,
+        deadline: float,
+        probe: bool,
     ) -> Response:
-        flow = _Flow(self, fwd.request, backend, exchange)
+        flow = _Flow(self, fwd.request, backend, exchange, probe)
         headers = self._headers(fwd, backend, exchange)
         headers += [("cache-control", "no-cache"), ("x-accel-buffering", "no")]
         stream = _RelayStream(flow, first, SseRelay(strip_usage=fwd.strip_usage), deadline)
