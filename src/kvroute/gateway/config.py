@@ -112,6 +112,9 @@ class LimitsConfig:
     max_in_flight: int = 512
     max_queue: int = 1024
     queue_timeout_s: float = 10.0
+    reserve_tokens: int = 512
+    """Completion tokens a request without ``max_tokens`` reserves against its key's
+    ``tokens_per_minute`` at admission (settled against its usage at the end)."""
 
 
 @dataclass(frozen=True, slots=True)
