@@ -96,7 +96,26 @@ def test_body_too_large_is_413(loop_thread: LoopThread, fake: FakeUpstream) -> N
         # engines answer these with a 500; the gateway says what is wrong instead
         (b'{"model": "m", "messages": [{"role": "user"}, {"content": "hi"}]}', "messages[1].role"),
         (b'{"model": "m", "messages": [{"role": "user"}], "tools": "x"}', "tools"),
-        (b'{"model": "m", "messages": [{"role": "user"}], "tools": ["x"]}', "tools"),
+        (b'{"model": "m", "messages": [{"role": "user"}], "tools": ["x"]}', "tools[0]"),
+        (b'{"model": "m", "messages": [{"role": "user"}], "tools": [{}]}', "tools[0].function"),
+        (
+            b'{"model": "m", "messages": [{"role": "user"}], "tools": [{"type": "function"}]}',
+            "tools[0].function",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user"}], '
+            b'"tools": [{"type": "function", "function": {"name": 5}}]}',
+            "tools[0].function.name",
+        ),
+        (b'{"model": "m", "messages": [{"role": "user", "content": 5}]}', "messages[0].content"),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": [5]}]}',
+            "messages[0].content[0]",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}',
+            "messages[0].content[0].text",
+        ),
         (b'{"model": "m", "messages": [{"role": "user"}], "stream": "yes"}', "stream"),
         (b'{"model": "m", "messages": [{"role": "user"}], "stream_options": 1}', "stream_options"),
     ],
