@@ -8,8 +8,8 @@ failure then ends the stream with a terminal SSE error event (the OpenAI SDK rai
 on it) and counts against the backend's breaker.
 
 Timeouts (per backend): ``connect_s``; ``first_token_s`` until the first body bytes
-of a stream (or the head of a non-streamed answer); ``total_s`` for the whole
-request, from the moment the gateway received it.
+of a stream, or the head of a non-streamed answer (both fail over); ``total_s`` for
+the whole request, from the moment the gateway received it.
 
 A client that goes away cancels its task; the upstream connection is aborted then and
 there, even while a non-streamed answer is still being generated, so an engine that
@@ -38,6 +38,8 @@ from kvroute.gateway.types import BodySink, Request, Response
 from kvroute.gateway.upstream import Exchange, FailureKind, UpstreamFailure, UpstreamRequest
 
 RETRYABLE_STATUSES = frozenset({502, 503, 504})
+MAX_UPSTREAM_BODY_BYTES = 64 * 1024 * 1024
+"""A non-streamed answer larger than this is a failure (no completion comes near it)."""
 _PASSED_HEADERS = ("content-type",)
 
 
@@ -168,7 +170,10 @@ class Proxy:
         exchange: Exchange | None = None
         committed = False
         try:
-            first_deadline = min(deadline, now + timeouts.first_token_s) if stream else deadline
+            # A non-streamed answer has no head until it is generated: first_token_s
+            # bounds that wait too, so a hung backend fails over instead of holding
+            # the request for total_s.
+            first_deadline = min(deadline, now + timeouts.first_token_s)
             exchange = await backend.transport.send(
                 upstream,
                 connect_timeout_s=timeouts.connect_s,
@@ -326,11 +331,22 @@ async def _read_first(exchange: Exchange, deadline: float, clock: Callable[[], f
 
 
 async def _read_all(exchange: Exchange, deadline: float, clock: Callable[[], float]) -> bytes:
+    """The whole body, up to :data:`MAX_UPSTREAM_BODY_BYTES` (past it the connection is
+    aborted and the answer is a failure: a backend gone wrong must not fill memory)."""
     parts: list[bytes] = []
+    num_bytes = 0
     while True:
         data = await exchange.read(max(0.001, deadline - clock()))
         if data is None:
             return b"".join(parts)
+        num_bytes += len(data)
+        if num_bytes > MAX_UPSTREAM_BODY_BYTES:
+            exchange.abort()
+            raise UpstreamFailure(
+                FailureKind.MALFORMED,
+                f"answer larger than {MAX_UPSTREAM_BODY_BYTES} bytes",
+                response_started=True,
+            )
         parts.append(data)
 
 
