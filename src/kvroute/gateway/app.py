@@ -45,7 +45,7 @@ from kvroute.gateway.backends import (
 from kvroute.gateway.cache_routing import CacheRouter
 from kvroute.gateway.capture import TraceCapture
 from kvroute.gateway.classify import PrefixOracle, classify
-from kvroute.gateway.config import GatewayConfig, load_config
+from kvroute.gateway.config import GatewayConfig, ListenerConfig, load_config
 from kvroute.gateway.errors import GatewayError
 from kvroute.gateway.limits import AdmissionGate
 from kvroute.gateway.metrics import GatewayMetrics
@@ -176,10 +176,9 @@ class Gateway:
             self.cache_router = CacheRouter(PromptTokens(tokenizer), self.logger)
         self.server = HttpServer(
             self.handler,
-            ServerLimits(max_body_bytes=listener.max_body_bytes),
-            on_rejected=lambda status: self.metrics.errors.inc(
-                ("body_too_large" if status == 413 else "bad_request",)
-            ),
+            server_limits(listener),
+            on_rejected=lambda status, kind: self.metrics.errors.inc((kind,)),
+            logger=self.logger,
         )
         await self.server.start(host or listener.host, listener.port if port is None else port)
         self.health.start()
@@ -216,6 +215,8 @@ class Gateway:
         )
         limits = config.limits
         self.gate.resize(limits.max_in_flight, limits.max_queue, limits.queue_timeout_s)
+        if self.server is not None:  # the new config replaces the old whole: limits too
+            self.server.limits = server_limits(config.listener)
         if self.cache_router is None and _needs_cache_router(config):
             # Rare (a reload adds the first cache_aware route): load here, blocking once.
             self.cache_router = CacheRouter(
@@ -358,6 +359,16 @@ class Gateway:
                 plan, route.config, request, response, payload, state.backends, model
             )
         return response
+
+
+def server_limits(listener: ListenerConfig) -> ServerLimits:
+    return ServerLimits(
+        max_body_bytes=listener.max_body_bytes,
+        keep_alive_s=listener.keep_alive_s,
+        head_timeout_s=listener.head_timeout_s,
+        body_timeout_s=listener.body_timeout_s,
+        max_connections=listener.max_connections,
+    )
 
 
 def _draining_error() -> GatewayError:

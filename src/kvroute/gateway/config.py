@@ -43,6 +43,13 @@ class ListenerConfig:
     access_log: bool = True
     route_headers: bool = True
     """Answer with ``x-kvroute-backend`` / ``x-kvroute-class`` headers."""
+    head_timeout_s: float = 10.0
+    """A request's head must arrive within this (from the connection or its first byte)."""
+    body_timeout_s: float = 60.0
+    """A request's body must arrive within this after its head."""
+    keep_alive_s: float = 75.0
+    max_connections: int = 4096
+    """Open client connections; past it the longest-waiting idle one is closed."""
 
 
 @dataclass(frozen=True, slots=True)
