@@ -143,7 +143,22 @@ def test_unknown_model_and_paths(loop_thread: LoopThread, fake: FakeUpstream) ->
         )
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
     assert path.status_code == 404
-    assert method.status_code == 405
+    assert method.status_code == 405 and method.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize("path", ["/health", "/ready", "/metrics", "/v1/models"])
+def test_probe_endpoints_take_get_and_head_only(
+    loop_thread: LoopThread, fake: FakeUpstream, path: str
+) -> None:
+    key = {"authorization": "Bearer sk-alice"}
+    with running_gateway(loop_thread, keyed_config(fake.url)) as gw, httpx.Client() as client:
+        wrong = client.delete(f"{gw.url}{path}", headers=key)
+        head = client.head(f"{gw.url}{path}", headers=key)
+        after = client.get(f"{gw.url}/health")  # the same connection: still in sync
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "GET, HEAD"
+    assert wrong.json()["error"]["code"] == "method_not_allowed"
+    assert head.status_code == 200 and head.content == b""
+    assert after.status_code == 200
 
 
 def test_health_ready_metrics_are_open(loop_thread: LoopThread, fake: FakeUpstream) -> None:

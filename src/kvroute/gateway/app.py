@@ -260,11 +260,14 @@ class Gateway:
             endpoints.require_method(method, "GET")
             return endpoints.models(self._state, request)
         if path == "/health":
+            endpoints.require_method(method, "GET")
             return json_response(200, {"status": "ok"})
         if path == "/ready":
+            endpoints.require_method(method, "GET")
             draining = self.server is not None and self.server.draining
             return endpoints.ready(self._state, self.clock(), draining)
         if path == "/metrics":
+            endpoints.require_method(method, "GET")
             return endpoints.metrics(
                 self.metrics,
                 lambda: self._state.backends,
