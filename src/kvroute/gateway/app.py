@@ -46,6 +46,7 @@ from kvroute.gateway.cache_routing import CacheRouter
 from kvroute.gateway.capture import TraceCapture
 from kvroute.gateway.classify import PrefixOracle, classify
 from kvroute.gateway.config import GatewayConfig, ListenerConfig, load_config
+from kvroute.gateway.config_diff import config_changes, reload_refusal
 from kvroute.gateway.errors import GatewayError
 from kvroute.gateway.limits import AdmissionGate
 from kvroute.gateway.metrics import GatewayMetrics
@@ -226,16 +227,29 @@ class Gateway:
         self._close_idle_retired()
         self.metrics.reloads.inc(("ok",))
 
-    def reload_from_file(self) -> None:
-        """Re-read ``config_path``; on error keep the running config and raise."""
+    def reload_from_file(self, who: str) -> None:
+        """Re-read ``config_path`` (``who`` asked: "SIGHUP", "POST /admin/reload from
+        ..."); on error, or a config that would open a closed gateway, keep the running
+        config and raise. Logged either way, with who and what changed."""
         if self.config_path is None:
             raise InputError("this gateway was started without --config; nothing to reload")
         try:
             config = load_config(self.config_path)
-        except InputError:
+            refusal = reload_refusal(self._state.config, config)
+            if refusal is not None:
+                raise InputError(refusal, path=str(self.config_path))
+        except InputError as exc:
             self.metrics.reloads.inc(("error",))
+            self.logger.error("reload failed (%s), the running config stays: %s", who, exc)
             raise
+        changes = config_changes(self._state.config, config)
         self.reload(config)
+        self.logger.info(
+            "config reloaded (%s) from %s: %s",
+            who,
+            self.config_path,
+            "; ".join(changes) or "nothing changed",
+        )
 
     def _close_idle_retired(self) -> None:
         keep: list[Backend] = []
@@ -279,7 +293,12 @@ class Gateway:
                 self.clock,
             )
         if path.startswith("/admin/"):
-            return endpoints.admin(request, lambda: self._state, self.reload_from_file, self.clock)
+            return endpoints.admin(
+                request,
+                lambda: self._state,
+                lambda: self.reload_from_file(f"POST /admin/reload from {request.client}"),
+                self.clock,
+            )
         if path == "/kvroute/status":
             # Open like /metrics: shares and counts, no text.
             endpoints.require_method(method, "GET")

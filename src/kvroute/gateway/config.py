@@ -172,6 +172,8 @@ class GatewayConfig:
     tokenizer: str = ""
     """GGUF file or HF tokenizer directory of the served model, for cache_aware routes
     and capture; empty: the default model."""
+    allow_no_keys: bool = False
+    """A reload may drop every key (open a gateway that had keys) only with this set."""
     source: str = "<config>"
 
 
@@ -204,9 +206,12 @@ def parse_config(text: str, path: str, *, env: Mapping[str, str] | None = None) 
         "capture",
         "tokenizer",
         "traffic",
+        "allow_no_keys",
     )
     env = os.environ if env is None else env
     backends = tuple(_backend(n, env) for n in root.items("backends", required=True))
+    if not backends:
+        raise root.error("needs at least one backend (an empty pool answers nothing)", "backends")
     _unique(backends, "backend", path)
     pools = {b.pool for b in backends}
     routes = tuple(_route(n, i, pools) for i, n in enumerate(root.items("routes")))
@@ -232,6 +237,7 @@ def parse_config(text: str, path: str, *, env: Mapping[str, str] | None = None) 
         capture=CaptureConfig(**root.child("capture").fields(CaptureConfig, positive=True)),
         traffic=_traffic(root.child("traffic")),
         tokenizer=root.string("tokenizer") if "tokenizer" in root.data else "",
+        allow_no_keys=_flag(root, "allow_no_keys"),
         source=path,
     )
 
@@ -385,6 +391,13 @@ def _key(node: ConfigNode) -> KeyConfig:
         requests_per_minute=rpm,
         tokens_per_minute=tpm,
     )
+
+
+def _flag(node: ConfigNode, key: str) -> bool:
+    value = node.data.get(key, False)
+    if not isinstance(value, bool):
+        raise node.error("must be true or false", key)
+    return value
 
 
 def _unique(items: tuple[Any, ...], kind: str, path: str) -> None:
