@@ -184,6 +184,26 @@ def test_stall_after_first_token_hits_the_total_timeout(
     assert json.loads(got[-2])["error"]["code"] == "upstream_total_timeout"
 
 
+def test_a_stalled_stream_is_cut_at_the_idle_timeout(
+    loop_thread: LoopThread, fake: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tokens flowing slower than idle_s apart keep a stream alive; silence past it ends
+    it with a terminal event and a log line (before: held for total_s, 600 s)."""
+    fake.num_tokens, fake.token_interval_s = 4, 0.1
+    timeouts = ", timeouts: {idle_s: 0.3}"
+    with running_gateway(loop_thread, config(fake.url, timeouts=timeouts)) as gw:
+        slow = httpx.post(f"{gw.url}/v1/chat/completions", json={**CHAT, "stream": True})
+        fake.mode = Mode.HANG_AFTER_FIRST
+        t0 = time.monotonic()
+        r = httpx.post(f"{gw.url}/v1/chat/completions", json={**CHAT, "stream": True})
+        elapsed = time.monotonic() - t0
+    assert events(slow.text)[-1] == "[DONE]" and "error" not in slow.text
+    got = events(r.text)
+    assert json.loads(got[-2])["error"]["code"] == "upstream_idle_timeout"
+    assert 0.25 < elapsed < 2.0
+    assert any("cut: idle_timeout" in rec.getMessage() for rec in caplog.records)
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["mid-stream", "before the answer"])
 def test_a_client_that_leaves_cancels_the_upstream_request(
     loop_thread: LoopThread, fake: FakeUpstream, stream: bool

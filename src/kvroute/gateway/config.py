@@ -57,6 +57,8 @@ class Timeouts:
     connect_s: float = 2.0
     first_token_s: float = 60.0
     """Streaming: until the first body bytes; non-streaming: until the response head."""
+    idle_s: float = 60.0
+    """Streaming, after the first bytes: the longest silence between two pieces."""
     total_s: float = 600.0
 
 

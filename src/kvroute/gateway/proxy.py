@@ -8,8 +8,10 @@ failure then ends the stream with a terminal SSE error event (the OpenAI SDK rai
 on it) and counts against the backend's breaker.
 
 Timeouts (per backend): ``connect_s``; ``first_token_s`` until the first body bytes
-of a stream, or the head of a non-streamed answer (both fail over); ``total_s`` for
-the whole request, from the moment the gateway received it.
+of a stream, or the head of a non-streamed answer (both fail over); ``idle_s`` between
+two pieces of a stream in progress; ``total_s`` for the whole request, from the
+moment the gateway received it. A stream cut by one ends with a terminal error event
+and a warning in the log.
 
 A client that goes away cancels its task; the upstream connection is aborted then and
 there, even while a non-streamed answer is still being generated, so an engine that
@@ -19,6 +21,7 @@ watches its socket stops (vLLM always; llama-server only for streams).
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -101,6 +104,7 @@ class Proxy:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.metrics = metrics
+        self.logger = logging.getLogger("kvroute.gateway")
         self._retry = retry
         self.rng = rng
         self.clock = clock
@@ -288,9 +292,17 @@ class _RelayStream:
         self._on_data(self.first)
         flow.exchange.attach(self._on_data)
         try:
-            await flow.exchange.finished(max(0.001, self.deadline - flow.proxy.clock()))
+            await flow.exchange.finished(
+                max(0.001, self.deadline - flow.proxy.clock()), flow.backend.config.timeouts.idle_s
+            )
         except UpstreamFailure as exc:
             flow.end(exc)
+            flow.proxy.logger.warning(
+                "stream %s from backend %s cut: %s",
+                flow.request.ctx.request_id,
+                flow.backend.name,
+                exc,
+            )
             sink.write(
                 relay.finish()
                 + sse_error_event(
