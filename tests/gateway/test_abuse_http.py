@@ -29,6 +29,8 @@ GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 async def app(request: Request) -> Response:
     if request.path == "/hang":
         await asyncio.sleep(30)
+    if request.path == "/big":
+        return Response(200, [("content-type", "text/plain")], b"b" * 65536)
     if request.path == "/stream":
 
         async def pieces() -> AsyncIterator[bytes]:
@@ -188,6 +190,28 @@ def test_pipelining_is_read_ahead_boundedly(server: HttpServer) -> None:
         held = sum(len(r.body) + 100 for c in server.connections for r, *_ in c._pending)
     assert held <= LIMITS.max_pipelined * LIMITS.max_body_bytes + 256 * 1024
     assert offered > 4 * held  # the client could not push everything into the server
+
+
+def test_answers_a_client_does_not_read_are_not_buffered_without_bound(
+    server: HttpServer,
+) -> None:
+    """Pipelined requests whose answers are never read: answering stops once the
+    socket's buffer is full, so reading stops too (before: every answer was queued in
+    the server's memory)."""
+    one = b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n"  # 64 KiB answers
+    with connect(server) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.setblocking(False)
+        offered = 0
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            try:
+                offered += s.send(one * 100)
+            except BlockingIOError:
+                time.sleep(0.01)
+        buffered = [c._transport.get_write_buffer_size() for c in server.connections]  # type: ignore[union-attr]
+    assert offered > 100 * len(one)  # many answers asked for: far more than 512 KiB of them
+    assert max(buffered) < 512 * 1024
 
 
 # -- framing ----------------------------------------------------------------------------

@@ -282,6 +282,9 @@ class _Connection(asyncio.Protocol):
                 if not keep_alive:
                     self._linger()
                     return
+                # A client that does not read its answers gets no more of them (and,
+                # with the pipelining pause, no more of its requests are read).
+                await self.drain()
         except asyncio.CancelledError:
             pass
         finally:
