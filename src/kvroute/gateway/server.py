@@ -285,6 +285,10 @@ class _Connection(asyncio.Protocol):
                 # A client that does not read its answers gets no more of them (and,
                 # with the pipelining pause, no more of its requests are read).
                 await self.drain()
+                if self._pending:
+                    # One answer per turn of the loop: a pipelining client does not
+                    # hold the loop for a whole read's worth of requests.
+                    await asyncio.sleep(0)
         except asyncio.CancelledError:
             pass
         finally:
