@@ -431,6 +431,8 @@ class _Connection(asyncio.Protocol):
 
     def _read_timeout(self) -> None:
         self._timer = None
+        if self._read_done and not self._rejected:
+            return  # no more requests are read: nothing is late
         what = "body" if self._in_body else "head"
         limit = (
             self._server.limits.body_timeout_s
@@ -474,7 +476,7 @@ class _Connection(asyncio.Protocol):
             self._reading_paused = False
             with contextlib.suppress(RuntimeError):
                 self._transport.resume_reading()
-            if self._in_message:
+            if self._in_message and not self._read_done:
                 limits = self._server.limits
                 self._arm(
                     limits.body_timeout_s if self._in_body else limits.head_timeout_s,
