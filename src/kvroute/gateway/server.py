@@ -1,8 +1,11 @@
 """The HTTP/1.1 server: asyncio protocol + httptools' C parser, nothing else.
 
-Why not uvicorn or aiohttp: a gateway's whole job is the few hundred microseconds it
-adds, and every layer between the socket and the handler costs there
-(bench/gateway_overhead.py measures it). This server keeps one task per request,
+Why our own: a gateway's whole job is the few hundred microseconds it adds, and every
+layer between the socket and the handler costs there (bench/gateway_overhead.py
+measures it). Whether a well-kept server would do better is measured side by side by
+bench/gateway_servers.py (bare handlers, CPU per request and heads at defaults; see
+bench/RESULTS.md, where granian's native interface comes out cheaper: the switch is
+open). This server keeps one task per request,
 writes streamed pieces the moment they come (chunked encoding, no buffering, with
 back-pressure from the socket), and cancels a request's task the moment its client
 goes away, so the upstream request is cancelled too.
