@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 
 import httptools
+import orjson
 
 
 class Mode(enum.Enum):
@@ -30,6 +31,8 @@ class Mode(enum.Enum):
     """503 with a JSON error."""
     BAD_REQUEST = "bad_request"
     """400 with a JSON error, like an engine rejecting a field."""
+    SERVER_ERROR = "server_error"
+    """500 with a JSON error, like llama-server on a request shape it cannot handle."""
 
 
 @dataclass
@@ -40,7 +43,7 @@ class Received:
 
     @property
     def json(self) -> dict[str, object]:
-        data = json.loads(self.body)
+        data = orjson.loads(self.body)  # json's C parser stops at 1,000 levels, orjson 1,024
         assert isinstance(data, dict)
         return data
 
@@ -78,6 +81,13 @@ def chunk(event: bytes) -> bytes:
 
 def sse(payload: dict[str, object]) -> bytes:
     return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+_ERROR_STATUS = {
+    Mode.UNAVAILABLE: b"503 Service Unavailable",
+    Mode.BAD_REQUEST: b"400 Bad Request",
+    Mode.SERVER_ERROR: b"500 Internal Server Error",
+}
 
 
 class _Proto(asyncio.Protocol):
@@ -134,8 +144,8 @@ class _Proto(asyncio.Protocol):
         fake, mode = self.fake, self.fake.mode
         if mode is Mode.HANG:
             await asyncio.sleep(3600)
-        if mode in (Mode.UNAVAILABLE, Mode.BAD_REQUEST):
-            status = b"503 Service Unavailable" if mode is Mode.UNAVAILABLE else b"400 Bad Request"
+        if mode in _ERROR_STATUS:
+            status = _ERROR_STATUS[mode]
             body = json.dumps({"error": {"message": mode.value, "type": "x", "code": 1}}).encode()
             self.write(
                 b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"

@@ -96,7 +96,26 @@ def test_body_too_large_is_413(loop_thread: LoopThread, fake: FakeUpstream) -> N
         # engines answer these with a 500; the gateway says what is wrong instead
         (b'{"model": "m", "messages": [{"role": "user"}, {"content": "hi"}]}', "messages[1].role"),
         (b'{"model": "m", "messages": [{"role": "user"}], "tools": "x"}', "tools"),
-        (b'{"model": "m", "messages": [{"role": "user"}], "tools": ["x"]}', "tools"),
+        (b'{"model": "m", "messages": [{"role": "user"}], "tools": ["x"]}', "tools[0]"),
+        (b'{"model": "m", "messages": [{"role": "user"}], "tools": [{}]}', "tools[0].function"),
+        (
+            b'{"model": "m", "messages": [{"role": "user"}], "tools": [{"type": "function"}]}',
+            "tools[0].function",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user"}], '
+            b'"tools": [{"type": "function", "function": {"name": 5}}]}',
+            "tools[0].function.name",
+        ),
+        (b'{"model": "m", "messages": [{"role": "user", "content": 5}]}', "messages[0].content"),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": [5]}]}',
+            "messages[0].content[0]",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}',
+            "messages[0].content[0].text",
+        ),
         (b'{"model": "m", "messages": [{"role": "user"}], "stream": "yes"}', "stream"),
         (b'{"model": "m", "messages": [{"role": "user"}], "stream_options": 1}', "stream_options"),
     ],
@@ -124,7 +143,22 @@ def test_unknown_model_and_paths(loop_thread: LoopThread, fake: FakeUpstream) ->
         )
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
     assert path.status_code == 404
-    assert method.status_code == 405
+    assert method.status_code == 405 and method.headers["allow"] == "POST"
+
+
+@pytest.mark.parametrize("path", ["/health", "/ready", "/metrics", "/v1/models"])
+def test_probe_endpoints_take_get_and_head_only(
+    loop_thread: LoopThread, fake: FakeUpstream, path: str
+) -> None:
+    key = {"authorization": "Bearer sk-alice"}
+    with running_gateway(loop_thread, keyed_config(fake.url)) as gw, httpx.Client() as client:
+        wrong = client.delete(f"{gw.url}{path}", headers=key)
+        head = client.head(f"{gw.url}{path}", headers=key)
+        after = client.get(f"{gw.url}/health")  # the same connection: still in sync
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "GET, HEAD"
+    assert wrong.json()["error"]["code"] == "method_not_allowed"
+    assert head.status_code == 200 and head.content == b""
+    assert after.status_code == 200
 
 
 def test_health_ready_metrics_are_open(loop_thread: LoopThread, fake: FakeUpstream) -> None:

@@ -31,3 +31,15 @@ def test_success_resets_the_count() -> None:
     b.on_success()
     b.on_failure(1.0)
     assert b.state is BreakerState.CLOSED
+
+
+def test_release_frees_only_the_probe() -> None:
+    b = CircuitBreaker(failure_threshold=1, open_s=1)
+    assert not b.on_send(0.0)  # closed: not a probe
+    b.on_failure(0.5)
+    assert b.on_send(2.0) and not b.allows(2.0)  # the probe
+    assert not b.on_send(2.0)  # a straggler sent meanwhile is no second probe
+    b.on_release(False)
+    assert not b.allows(2.1)
+    b.on_release(True)
+    assert b.state is BreakerState.HALF_OPEN and b.allows(2.1)

@@ -286,3 +286,35 @@ def test_client_disconnect_stops_generation(
     # Generation would go on for minutes; cancellation must end it within seconds (the bound
     # leaves room for a loaded 2-core CI machine polling /slots).
     assert stopped_after_s < 5.0
+
+
+BAD_SHAPES: list[tuple[dict[str, Any], str]] = [
+    ({"tools": [{}]}, "tools[0].function"),
+    ({"tools": [{"type": "function"}]}, "tools[0].function"),
+    ({"tools": [{"type": "function", "function": {"name": 5}}]}, "tools[0].function.name"),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+        "messages[0].content[0].text",
+    ),
+]
+
+
+@pytest.mark.parametrize(("extra", "param"), BAD_SHAPES, ids=[p for _, p in BAD_SHAPES])
+def test_shapes_engines_answer_with_500_are_the_gateways_400(
+    loop_thread: LoopThread, llamacpp_server: EngineRecord, extra: dict[str, Any], param: str
+) -> None:
+    """What llama-server answers with a 500 in its own error shape (issue 22's probe:
+    ``tools: [{}]`` and friends) is refused by the gateway in OpenAI's shape, and the
+    engine keeps serving the next request."""
+    config = f"backends:\n{backends_yaml([llamacpp_server])}"
+    body = {"model": MODEL, "messages": USER, "max_tokens": 4, **extra}
+    with running_gateway(loop_thread, config) as gw:
+        bad = httpx.post(f"{gw.url}/v1/chat/completions", json=body, timeout=60)
+        good = httpx.post(
+            f"{gw.url}/v1/chat/completions",
+            json={"model": MODEL, "messages": USER, "max_tokens": 4},
+            timeout=60,
+        )
+    assert bad.status_code == 400, bad.text
+    assert bad.json()["error"]["param"] == param
+    assert good.status_code == 200

@@ -13,6 +13,7 @@ import pytest
 
 from gateway.fake_upstream import FakeUpstream, Mode
 from gateway.harness import LoopThread, running_gateway
+from kvroute.gateway import proxy
 from kvroute.gateway.breaker import BreakerState
 
 
@@ -151,9 +152,11 @@ def test_reset_mid_stream_ends_with_an_error_event_and_opens_the_breaker(
     assert 'kvroute:upstream_failures_total{backend="b0",kind="reset"} 1' in metrics
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "non-streamed"])
 def test_hung_backend_times_out_at_first_token_and_fails_over(
-    loop_thread: LoopThread, fake: FakeUpstream, fake2: FakeUpstream
+    loop_thread: LoopThread, fake: FakeUpstream, fake2: FakeUpstream, stream: bool
 ) -> None:
+    """Non-streamed too: its head is its first token (before, it waited total_s)."""
     fake.mode = Mode.HANG
     timeouts = ", timeouts: {first_token_s: 0.3}"
     extra = "routes: [{pool: default, policy: round_robin}]\n"
@@ -161,9 +164,10 @@ def test_hung_backend_times_out_at_first_token_and_fails_over(
         loop_thread, config(fake.url, fake2.url, extra=extra, timeouts=timeouts)
     ) as gw:
         t0 = time.monotonic()
-        r = httpx.post(f"{gw.url}/v1/chat/completions", json={**CHAT, "stream": True})
+        r = httpx.post(f"{gw.url}/v1/chat/completions", json={**CHAT, "stream": stream})
         elapsed = time.monotonic() - t0
-    assert r.status_code == 200 and events(r.text)[-1] == "[DONE]"
+    assert r.status_code == 200 and r.headers["x-kvroute-backend"] == "b1"
+    assert events(r.text)[-1] == "[DONE]" if stream else r.json()["choices"]
     assert 0.25 < elapsed < 2.0
     assert len(fake2.received) == 1
 
@@ -178,6 +182,26 @@ def test_stall_after_first_token_hits_the_total_timeout(
         r = httpx.post(f"{gw.url}/v1/chat/completions", json={**CHAT, "stream": True})
     got = events(r.text)
     assert json.loads(got[-2])["error"]["code"] == "upstream_total_timeout"
+
+
+def test_a_stalled_stream_is_cut_at_the_idle_timeout(
+    loop_thread: LoopThread, fake: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tokens flowing slower than idle_s apart keep a stream alive; silence past it ends
+    it with a terminal event and a log line (before: held for total_s, 600 s)."""
+    fake.num_tokens, fake.token_interval_s = 4, 0.1
+    timeouts = ", timeouts: {idle_s: 0.3}"
+    with running_gateway(loop_thread, config(fake.url, timeouts=timeouts)) as gw:
+        slow = httpx.post(f"{gw.url}/v1/chat/completions", json={**CHAT, "stream": True})
+        fake.mode = Mode.HANG_AFTER_FIRST
+        t0 = time.monotonic()
+        r = httpx.post(f"{gw.url}/v1/chat/completions", json={**CHAT, "stream": True})
+        elapsed = time.monotonic() - t0
+    assert events(slow.text)[-1] == "[DONE]" and "error" not in slow.text
+    got = events(r.text)
+    assert json.loads(got[-2])["error"]["code"] == "upstream_idle_timeout"
+    assert 0.25 < elapsed < 2.0
+    assert any("cut: idle_timeout" in rec.getMessage() for rec in caplog.records)
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["mid-stream", "before the answer"])
@@ -228,3 +252,14 @@ def _closed_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def test_an_oversized_upstream_answer_is_a_502(
+    loop_thread: LoopThread, fake: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The non-streamed body is read up to a bound (the fake's answer, ~300 bytes,
+    stands in for a backend gone wrong that sends without end)."""
+    monkeypatch.setattr(proxy, "MAX_UPSTREAM_BODY_BYTES", 100)
+    with running_gateway(loop_thread, config(fake.url)) as gw:
+        r = httpx.post(f"{gw.url}/v1/chat/completions", json=CHAT)
+    assert r.status_code == 502 and "larger than 100 bytes" in r.json()["error"]["message"]

@@ -45,7 +45,8 @@ from kvroute.gateway.backends import (
 from kvroute.gateway.cache_routing import CacheRouter
 from kvroute.gateway.capture import TraceCapture
 from kvroute.gateway.classify import PrefixOracle, classify
-from kvroute.gateway.config import GatewayConfig, load_config
+from kvroute.gateway.config import GatewayConfig, ListenerConfig, load_config
+from kvroute.gateway.config_diff import config_changes, reload_refusal
 from kvroute.gateway.errors import GatewayError
 from kvroute.gateway.limits import AdmissionGate
 from kvroute.gateway.metrics import GatewayMetrics
@@ -176,10 +177,9 @@ class Gateway:
             self.cache_router = CacheRouter(PromptTokens(tokenizer), self.logger)
         self.server = HttpServer(
             self.handler,
-            ServerLimits(max_body_bytes=listener.max_body_bytes),
-            on_rejected=lambda status: self.metrics.errors.inc(
-                ("body_too_large" if status == 413 else "bad_request",)
-            ),
+            server_limits(listener),
+            on_rejected=lambda status, kind: self.metrics.errors.inc((kind,)),
+            logger=self.logger,
         )
         await self.server.start(host or listener.host, listener.port if port is None else port)
         self.health.start()
@@ -216,6 +216,8 @@ class Gateway:
         )
         limits = config.limits
         self.gate.resize(limits.max_in_flight, limits.max_queue, limits.queue_timeout_s)
+        if self.server is not None:  # the new config replaces the old whole: limits too
+            self.server.limits = server_limits(config.listener)
         if self.cache_router is None and _needs_cache_router(config):
             # Rare (a reload adds the first cache_aware route): load here, blocking once.
             self.cache_router = CacheRouter(
@@ -225,16 +227,29 @@ class Gateway:
         self._close_idle_retired()
         self.metrics.reloads.inc(("ok",))
 
-    def reload_from_file(self) -> None:
-        """Re-read ``config_path``; on error keep the running config and raise."""
+    def reload_from_file(self, who: str) -> None:
+        """Re-read ``config_path`` (``who`` asked: "SIGHUP", "POST /admin/reload from
+        ..."); on error, or a config that would open a closed gateway, keep the running
+        config and raise. Logged either way, with who and what changed."""
         if self.config_path is None:
             raise InputError("this gateway was started without --config; nothing to reload")
         try:
             config = load_config(self.config_path)
-        except InputError:
+            refusal = reload_refusal(self._state.config, config)
+            if refusal is not None:
+                raise InputError(refusal, path=str(self.config_path))
+        except InputError as exc:
             self.metrics.reloads.inc(("error",))
+            self.logger.error("reload failed (%s), the running config stays: %s", who, exc)
             raise
+        changes = config_changes(self._state.config, config)
         self.reload(config)
+        self.logger.info(
+            "config reloaded (%s) from %s: %s",
+            who,
+            self.config_path,
+            "; ".join(changes) or "nothing changed",
+        )
 
     def _close_idle_retired(self) -> None:
         keep: list[Backend] = []
@@ -259,11 +274,14 @@ class Gateway:
             endpoints.require_method(method, "GET")
             return endpoints.models(self._state, request)
         if path == "/health":
+            endpoints.require_method(method, "GET")
             return json_response(200, {"status": "ok"})
         if path == "/ready":
+            endpoints.require_method(method, "GET")
             draining = self.server is not None and self.server.draining
             return endpoints.ready(self._state, self.clock(), draining)
         if path == "/metrics":
+            endpoints.require_method(method, "GET")
             return endpoints.metrics(
                 self.metrics,
                 lambda: self._state.backends,
@@ -275,7 +293,12 @@ class Gateway:
                 self.clock,
             )
         if path.startswith("/admin/"):
-            return endpoints.admin(request, lambda: self._state, self.reload_from_file, self.clock)
+            return endpoints.admin(
+                request,
+                lambda: self._state,
+                lambda: self.reload_from_file(f"POST /admin/reload from {request.client}"),
+                self.clock,
+            )
         if path == "/kvroute/status":
             # Open like /metrics: shares and counts, no text.
             endpoints.require_method(method, "GET")
@@ -358,6 +381,16 @@ class Gateway:
                 plan, route.config, request, response, payload, state.backends, model
             )
         return response
+
+
+def server_limits(listener: ListenerConfig) -> ServerLimits:
+    return ServerLimits(
+        max_body_bytes=listener.max_body_bytes,
+        keep_alive_s=listener.keep_alive_s,
+        head_timeout_s=listener.head_timeout_s,
+        body_timeout_s=listener.body_timeout_s,
+        max_connections=listener.max_connections,
+    )
 
 
 def _draining_error() -> GatewayError:

@@ -9,6 +9,11 @@
 A failure is what says the backend, not the request, is at fault: no connection, a
 reset, a timeout, 502/503/504. A refused connection opens the breaker at once (nothing
 listens there). Time is passed in (``now_s``, monotonic seconds).
+
+Every request sent ends in exactly one of :meth:`on_success`, :meth:`on_failure` or
+:meth:`on_release` (it ended saying nothing about the backend: its client left, or an
+answer such as a 500 that is about the request). The probe is released by all three,
+else one unlucky probe would keep the backend out of rotation until a restart.
 """
 
 from __future__ import annotations
@@ -42,12 +47,21 @@ class CircuitBreaker:
             return now_s - self.opened_at_s >= self.open_s
         return not self.probe_in_flight
 
-    def on_send(self, now_s: float) -> None:
-        """A request is being sent; in OPEN past ``open_s`` it becomes the probe."""
+    def on_send(self, now_s: float) -> bool:
+        """A request is being sent; in OPEN past ``open_s`` it becomes the probe.
+        Returns whether it is the probe (the caller hands that to :meth:`on_release`)."""
         if self.state is BreakerState.OPEN and now_s - self.opened_at_s >= self.open_s:
             self.state = BreakerState.HALF_OPEN
-        if self.state is BreakerState.HALF_OPEN:
+        if self.state is BreakerState.HALF_OPEN and not self.probe_in_flight:
             self.probe_in_flight = True
+            return True
+        return False
+
+    def on_release(self, probe: bool) -> None:
+        """The request ended with no verdict on the backend; if it was the probe, the
+        next request may probe. Counts and state stay."""
+        if probe:
+            self.probe_in_flight = False
 
     def on_success(self) -> None:
         self.state = BreakerState.CLOSED

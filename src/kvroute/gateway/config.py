@@ -43,6 +43,13 @@ class ListenerConfig:
     access_log: bool = True
     route_headers: bool = True
     """Answer with ``x-kvroute-backend`` / ``x-kvroute-class`` headers."""
+    head_timeout_s: float = 10.0
+    """A request's head must arrive within this (from the connection or its first byte)."""
+    body_timeout_s: float = 60.0
+    """A request's body must arrive within this after its head."""
+    keep_alive_s: float = 75.0
+    max_connections: int = 4096
+    """Open client connections; past it the longest-waiting idle one is closed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +57,8 @@ class Timeouts:
     connect_s: float = 2.0
     first_token_s: float = 60.0
     """Streaming: until the first body bytes; non-streaming: until the response head."""
+    idle_s: float = 60.0
+    """Streaming, after the first bytes: the longest silence between two pieces."""
     total_s: float = 600.0
 
 
@@ -112,6 +121,9 @@ class LimitsConfig:
     max_in_flight: int = 512
     max_queue: int = 1024
     queue_timeout_s: float = 10.0
+    reserve_tokens: int = 512
+    """Completion tokens a request without ``max_tokens`` reserves against its key's
+    ``tokens_per_minute`` at admission (settled against its usage at the end)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +174,8 @@ class GatewayConfig:
     tokenizer: str = ""
     """GGUF file or HF tokenizer directory of the served model, for cache_aware routes
     and capture; empty: the default model."""
+    allow_no_keys: bool = False
+    """A reload may drop every key (open a gateway that had keys) only with this set."""
     source: str = "<config>"
 
 
@@ -194,9 +208,12 @@ def parse_config(text: str, path: str, *, env: Mapping[str, str] | None = None) 
         "capture",
         "tokenizer",
         "traffic",
+        "allow_no_keys",
     )
     env = os.environ if env is None else env
     backends = tuple(_backend(n, env) for n in root.items("backends", required=True))
+    if not backends:
+        raise root.error("needs at least one backend (an empty pool answers nothing)", "backends")
     _unique(backends, "backend", path)
     pools = {b.pool for b in backends}
     routes = tuple(_route(n, i, pools) for i, n in enumerate(root.items("routes")))
@@ -222,6 +239,7 @@ def parse_config(text: str, path: str, *, env: Mapping[str, str] | None = None) 
         capture=CaptureConfig(**root.child("capture").fields(CaptureConfig, positive=True)),
         traffic=_traffic(root.child("traffic")),
         tokenizer=root.string("tokenizer") if "tokenizer" in root.data else "",
+        allow_no_keys=_flag(root, "allow_no_keys"),
         source=path,
     )
 
@@ -375,6 +393,13 @@ def _key(node: ConfigNode) -> KeyConfig:
         requests_per_minute=rpm,
         tokens_per_minute=tpm,
     )
+
+
+def _flag(node: ConfigNode, key: str) -> bool:
+    value = node.data.get(key, False)
+    if not isinstance(value, bool):
+        raise node.error("must be true or false", key)
+    return value
 
 
 def _unique(items: tuple[Any, ...], kind: str, path: str) -> None:

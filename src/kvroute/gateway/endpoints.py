@@ -115,13 +115,17 @@ def admin(
 
 
 def require_method(method: str, wanted: str) -> None:
-    if method != wanted:
+    """A 405 with ``Allow`` unless ``method`` is ``wanted`` (a GET resource takes HEAD
+    too: the server sends the head only)."""
+    allowed = ("GET", "HEAD") if wanted == "GET" else (wanted,)
+    if method not in allowed:
         raise GatewayError(
             f"method {method} not allowed here (use {wanted})",
             status=405,
             error_type="invalid_request_error",
             kind="bad_request",
             code="method_not_allowed",
+            allow=", ".join(allowed),
         )
 
 

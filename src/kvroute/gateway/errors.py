@@ -25,6 +25,7 @@ class GatewayError(KvrouteError):
         code: str | None = None,
         param: str | None = None,
         retry_after_s: float | None = None,
+        allow: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -33,6 +34,8 @@ class GatewayError(KvrouteError):
         self.code = code
         self.param = param
         self.retry_after_s = retry_after_s
+        self.allow = allow
+        """The methods a 405's ``Allow`` header lists."""
 
 
 def bad_request(message: str, *, param: str | None = None, code: str | None = None) -> GatewayError:
@@ -57,6 +60,8 @@ def error_response(exc: GatewayError) -> Response:
     headers = [("content-type", "application/json")]
     if exc.retry_after_s is not None:
         headers.append(("retry-after", str(max(1, round(exc.retry_after_s + 0.499)))))
+    if exc.allow is not None:
+        headers.append(("allow", exc.allow))
     return Response(
         exc.status, headers, error_payload(exc.message, exc.error_type, exc.param, exc.code)
     )

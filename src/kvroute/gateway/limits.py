@@ -3,10 +3,12 @@ with a bounded queue).
 
 Rate limits count requests and tokens per minute. A bucket holds up to one minute's
 allowance and refills continuously. Tokens are known only when a request ends
-(``usage``), so a request is admitted while the key's token bucket is not in debt,
-and its real usage is charged at the end: a key can overshoot by one request's
-tokens, never more, and no estimate is ever wrong in the client's disfavour.
-The buckets are pure: time is passed in.
+(``usage``), so a request is admitted while the key's token bucket is not in debt and
+reserves an estimate at once (:func:`estimate_tokens`); when it ends the reservation
+is settled against its real usage (the difference charged or given back). Concurrent
+requests therefore see each other's reservations: a key overshoots by at most one
+request's estimate, however many it sends at once. The buckets are pure: time is
+passed in.
 
 The admission gate lets ``max_in_flight`` requests run and up to ``max_queue`` wait
 (first come, first served); when the queue is full it answers at once with 503 and
@@ -17,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kvroute.gateway.errors import GatewayError
 
@@ -55,9 +59,10 @@ class TokenBucket:
         return (1e-9 - self.level) * 60.0 / self.capacity
 
     def charge(self, amount: float, now_s: float) -> None:
-        """Take ``amount`` unconditionally (the level may go negative: debt)."""
+        """Take ``amount`` unconditionally (the level may go negative: debt); a negative
+        amount gives back, up to the capacity."""
         self._refill(now_s)
-        self.level -= amount
+        self.level = min(self.capacity, self.level - amount)
 
 
 @dataclass(slots=True)
@@ -67,8 +72,9 @@ class KeyLimiter:
     requests: TokenBucket | None
     tokens: TokenBucket | None
 
-    def admit(self, now_s: float) -> GatewayError | None:
-        """None when a request may go now, else the 429 to answer."""
+    def admit(self, now_s: float, reserve_tokens: int = 0) -> GatewayError | None:
+        """None when a request may go now (``reserve_tokens`` then taken from the token
+        bucket, which may go into debt), else the 429 to answer."""
         if self.tokens is not None:
             wait = self.tokens.wait_until_positive_s(now_s)
             if wait is not None:
@@ -77,11 +83,28 @@ class KeyLimiter:
             wait = self.requests.try_take(1.0, now_s)
             if wait is not None:
                 return _rate_limited("requests per minute", wait)
+        if self.tokens is not None and reserve_tokens > 0:
+            self.tokens.charge(float(reserve_tokens), now_s)
         return None
 
-    def charge_tokens(self, num_tokens: int, now_s: float) -> None:
-        if self.tokens is not None and num_tokens > 0:
-            self.tokens.charge(float(num_tokens), now_s)
+    def settle_tokens(self, num_used: int, num_reserved: int, now_s: float) -> None:
+        """A request that reserved ``num_reserved`` at admission used ``num_used``."""
+        if self.tokens is not None and num_used != num_reserved:
+            self.tokens.charge(float(num_used - num_reserved), now_s)
+
+
+def estimate_tokens(body: Mapping[str, Any] | None, body_len: int, default_max_tokens: int) -> int:
+    """What a request may use: its ``max_tokens`` (or ``max_completion_tokens``, else
+    ``default_max_tokens``) plus its prompt at ~4 bytes a token of the body, which
+    errs high (JSON quoting and field names count too) and is settled at the end."""
+    wanted = None
+    if body is not None:
+        for name in ("max_completion_tokens", "max_tokens"):
+            value = body.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                wanted = value
+                break
+    return (wanted or default_max_tokens) + body_len // 4
 
 
 def _rate_limited(what: str, wait_s: float) -> GatewayError:

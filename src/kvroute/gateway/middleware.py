@@ -12,11 +12,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
 from kvroute.gateway.errors import GatewayError, error_response
-from kvroute.gateway.limits import AdmissionGate
+from kvroute.gateway.limits import AdmissionGate, estimate_tokens
 from kvroute.gateway.metrics import GatewayMetrics
 from kvroute.gateway.state import GatewayState
 from kvroute.gateway.types import Handler, Request, Response
@@ -140,7 +141,8 @@ class AuthMiddleware:
 
 
 class RateLimitMiddleware:
-    """Per-key requests/min before the request; tokens/min charged when it ends."""
+    """Per-key requests/min before the request; tokens/min reserved at admission (an
+    estimate, see limits.py) and settled against the real usage when it ends."""
 
     def __init__(self, app: Handler, state: StateRef, clock: Clock) -> None:
         self.app, self.state, self.clock = app, state, clock
@@ -149,21 +151,40 @@ class RateLimitMiddleware:
         name = request.ctx.key_name
         if not name or request.path not in COMPLETION_PATHS:
             return await self.app(request)
-        limiter = self.state().limiters.get(name)
+        state = self.state()
+        limiter = state.limiters.get(name)
         if limiter is None:
             return await self.app(request)
-        refused = limiter.admit(self.clock())
+        reserved = 0
+        if limiter.tokens is not None:
+            reserved = estimate_tokens(
+                _json_object(request.body), len(request.body), state.config.limits.reserve_tokens
+            )
+        refused = limiter.admit(self.clock(), reserved)
         if refused is not None:
             raise refused
-        response = await self.app(request)
         ctx = request.ctx
 
-        def charge() -> None:
+        def settle() -> None:
             used = (ctx.prompt_tokens or 0) + (ctx.completion_tokens or 0)
-            limiter.charge_tokens(used, self.clock())
+            limiter.settle_tokens(used, reserved, self.clock())
 
-        response.closers.append(charge)
+        try:
+            response = await self.app(request)
+        except BaseException:
+            settle()  # nothing was generated, or the client left: usage as far as known
+            raise
+        response.closers.append(settle)
         return response
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    """The body as an object, or None (a bad body gets its 400 further in)."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 class AdmissionMiddleware:

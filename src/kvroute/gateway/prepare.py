@@ -1,8 +1,11 @@
 """Reading a client's request body and building the one sent upstream. Pure.
 
-The gateway checks only what it needs to route and to answer bad input with a 400
-(a JSON object; ``messages`` of objects with a string ``role``, or ``prompt``; a
-string ``model``; a boolean ``stream``; ``tools``, when given, an array of objects).
+The gateway checks what it needs to route, and what engines answer with a 500 (in
+their own error shape) instead of a 400: a JSON object; ``messages`` of objects with
+a string ``role`` and a ``content`` that is a string, null or an array of parts
+(objects with a string ``type``; a ``text`` part's ``text`` a string), or ``prompt``;
+a string ``model``; a boolean ``stream``; ``tools``, when given, an array of objects
+each with a ``function`` object whose ``name`` is a non-empty string.
 Every other field goes upstream byte for byte: no renaming (SGLang's router turns
 ``max_tokens`` into ``max_completion_tokens``, which some servers ignore), no
 dropping. Two changes are made, both on purpose:
@@ -61,11 +64,7 @@ def parse_body(raw: bytes, endpoint: Endpoint) -> ClientBody:
         raise bad_request("'model' must be a string", param="model")
     if endpoint is Endpoint.CHAT:
         _check_messages(data.get("messages"))
-        tools = data.get("tools")
-        if tools is not None and (
-            not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)
-        ):
-            raise bad_request("'tools' must be an array of objects", param="tools")
+        _check_tools(data.get("tools"))
     elif not isinstance(data.get("prompt"), str | list):
         raise bad_request("'prompt' must be a string or an array", param="prompt")
     stream = data.get("stream", False)
@@ -92,6 +91,47 @@ def _check_messages(messages: object) -> None:
                 f"messages[{i}] needs a string 'role' (system, user, assistant or tool)",
                 param=f"messages[{i}].role",
             )
+        _check_content(m.get("content"), f"messages[{i}].content")
+
+
+def _check_content(content: object, where: str) -> None:
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise bad_request(f"{where} must be a string, null or an array of parts", param=where)
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise bad_request(
+                f"{where}[{j}] must be an object with a string 'type'", param=f"{where}[{j}]"
+            )
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise bad_request(
+                f"{where}[{j}] is a text part: its 'text' must be a string",
+                param=f"{where}[{j}].text",
+            )
+
+
+def _check_tools(tools: object) -> None:
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise bad_request("'tools' must be an array of objects", param="tools")
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise bad_request(f"tools[{i}] must be an object", param=f"tools[{i}]")
+        function = tool.get("function")
+        if not isinstance(function, dict):
+            raise bad_request(
+                f"tools[{i}] needs a 'function' object "
+                '({"type": "function", "function": {"name": ...}})',
+                param=f"tools[{i}].function",
+            )
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise bad_request(
+                f"tools[{i}].function.name must be a non-empty string",
+                param=f"tools[{i}].function.name",
+            )
 
 
 def upstream_body(body: ClientBody, *, inject_usage: bool, model: str | None) -> bytes:
@@ -107,4 +147,7 @@ def upstream_body(body: ClientBody, *, inject_usage: bool, model: str | None) ->
         data["stream_options"] = {**(body.data.get("stream_options") or {}), "include_usage": True}
     if rename:
         data["model"] = model
-    return orjson.dumps(data)
+    try:
+        return orjson.dumps(data)
+    except orjson.JSONEncodeError as exc:  # nested deeper than orjson writes (255)
+        raise bad_request(f"the request body cannot be forwarded: {exc}") from None

@@ -8,8 +8,10 @@ failure then ends the stream with a terminal SSE error event (the OpenAI SDK rai
 on it) and counts against the backend's breaker.
 
 Timeouts (per backend): ``connect_s``; ``first_token_s`` until the first body bytes
-of a stream (or the head of a non-streamed answer); ``total_s`` for the whole
-request, from the moment the gateway received it.
+of a stream, or the head of a non-streamed answer (both fail over); ``idle_s`` between
+two pieces of a stream in progress; ``total_s`` for the whole request, from the
+moment the gateway received it. A stream cut by one ends with a terminal error event
+and a warning in the log.
 
 A client that goes away cancels its task; the upstream connection is aborted then and
 there, even while a non-streamed answer is still being generated, so an engine that
@@ -19,6 +21,7 @@ watches its socket stops (vLLM always; llama-server only for streams).
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,6 +41,8 @@ from kvroute.gateway.types import BodySink, Request, Response
 from kvroute.gateway.upstream import Exchange, FailureKind, UpstreamFailure, UpstreamRequest
 
 RETRYABLE_STATUSES = frozenset({502, 503, 504})
+MAX_UPSTREAM_BODY_BYTES = 64 * 1024 * 1024
+"""A non-streamed answer larger than this is a failure (no completion comes near it)."""
 _PASSED_HEADERS = ("content-type",)
 
 
@@ -58,12 +63,13 @@ class _Flow:
     """The bookkeeping of a committed response: ends exactly once, whether the stream
     finished, failed, or was abandoned by a client that left."""
 
-    __slots__ = ("backend", "done", "exchange", "proxy", "request")
+    __slots__ = ("backend", "done", "exchange", "probe", "proxy", "request")
 
     def __init__(
-        self, proxy: Proxy, request: Request, backend: Backend, exchange: Exchange
+        self, proxy: Proxy, request: Request, backend: Backend, exchange: Exchange, probe: bool
     ) -> None:
         self.proxy, self.request, self.backend, self.exchange = proxy, request, backend, exchange
+        self.probe = probe
         self.done = False
 
     def end(self, failure: UpstreamFailure | None = None, *, abandoned: bool = False) -> None:
@@ -80,6 +86,7 @@ class _Flow:
         elif abandoned:
             self.exchange.abort()
             ctx.error_kind = "client_disconnect"
+            self.backend.breaker.on_release(self.probe)
         else:
             self.backend.breaker.on_success()
 
@@ -97,6 +104,7 @@ class Proxy:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.metrics = metrics
+        self.logger = logging.getLogger("kvroute.gateway")
         self._retry = retry
         self.rng = rng
         self.clock = clock
@@ -161,12 +169,15 @@ class Proxy:
             headers.append(("authorization", f"Bearer {backend.config.api_key}"))
         upstream = UpstreamRequest("POST", request.path, tuple(headers), fwd.payload)
         now = self.clock()
-        backend.breaker.on_send(now)
+        probe = backend.breaker.on_send(now)
         backend.num_outstanding += 1
         exchange: Exchange | None = None
         committed = False
         try:
-            first_deadline = min(deadline, now + timeouts.first_token_s) if stream else deadline
+            # A non-streamed answer has no head until it is generated: first_token_s
+            # bounds that wait too, so a hung backend fails over instead of holding
+            # the request for total_s.
+            first_deadline = min(deadline, now + timeouts.first_token_s)
             exchange = await backend.transport.send(
                 upstream,
                 connect_timeout_s=timeouts.connect_s,
@@ -180,17 +191,19 @@ class Proxy:
             if stream and exchange.status == 200:
                 first = await _read_first(exchange, first_deadline, self.clock)
                 committed = True
-                return self._stream_response(fwd, backend, exchange, first, deadline)
+                return self._stream_response(fwd, backend, exchange, first, deadline, probe)
             body = await _read_all(exchange, deadline, self.clock)
             committed = True
-            return self._full_response(fwd, backend, exchange, body)
+            return self._full_response(fwd, backend, exchange, body, probe)
         except UpstreamFailure as exc:
             backend.num_outstanding -= 1
             self.record_failure(backend, exc, self.clock())
             raise
         except BaseException:
+            # The client left (cancelled) or a bug: no verdict on the backend.
             if not committed:
                 backend.num_outstanding -= 1
+                backend.breaker.on_release(probe)
                 if exchange is not None:
                     exchange.abort()
             raise
@@ -206,13 +219,16 @@ class Proxy:
         return headers
 
     def _full_response(
-        self, fwd: Forward, backend: Backend, exchange: Exchange, body: bytes
+        self, fwd: Forward, backend: Backend, exchange: Exchange, body: bytes, probe: bool
     ) -> Response:
         ctx = fwd.request.ctx
         backend.num_outstanding -= 1
         ctx.e2e_s = self.clock() - fwd.request.received_s
         if exchange.status < 500:
             backend.breaker.on_success()  # it answered; a 4xx is the request's fault
+        else:
+            # A 500 is about this request as often as the backend: no verdict either way.
+            backend.breaker.on_release(probe)
         if exchange.status == 200:
             try:
                 decoded = orjson.loads(body)
@@ -225,9 +241,15 @@ class Proxy:
         return Response(exchange.status, self._headers(fwd, backend, exchange), body)
 
     def _stream_response(
-        self, fwd: Forward, backend: Backend, exchange: Exchange, first: bytes, deadline: float
+        self,
+        fwd: Forward,
+        backend: Backend,
+        exchange: Exchange,
+        first: bytes,
+        deadline: float,
+        probe: bool,
     ) -> Response:
-        flow = _Flow(self, fwd.request, backend, exchange)
+        flow = _Flow(self, fwd.request, backend, exchange, probe)
         headers = self._headers(fwd, backend, exchange)
         headers += [("cache-control", "no-cache"), ("x-accel-buffering", "no")]
         stream = _RelayStream(flow, first, SseRelay(strip_usage=fwd.strip_usage), deadline)
@@ -270,9 +292,17 @@ class _RelayStream:
         self._on_data(self.first)
         flow.exchange.attach(self._on_data)
         try:
-            await flow.exchange.finished(max(0.001, self.deadline - flow.proxy.clock()))
+            await flow.exchange.finished(
+                max(0.001, self.deadline - flow.proxy.clock()), flow.backend.config.timeouts.idle_s
+            )
         except UpstreamFailure as exc:
             flow.end(exc)
+            flow.proxy.logger.warning(
+                "stream %s from backend %s cut: %s",
+                flow.request.ctx.request_id,
+                flow.backend.name,
+                exc,
+            )
             sink.write(
                 relay.finish()
                 + sse_error_event(
@@ -313,11 +343,22 @@ async def _read_first(exchange: Exchange, deadline: float, clock: Callable[[], f
 
 
 async def _read_all(exchange: Exchange, deadline: float, clock: Callable[[], float]) -> bytes:
+    """The whole body, up to :data:`MAX_UPSTREAM_BODY_BYTES` (past it the connection is
+    aborted and the answer is a failure: a backend gone wrong must not fill memory)."""
     parts: list[bytes] = []
+    num_bytes = 0
     while True:
         data = await exchange.read(max(0.001, deadline - clock()))
         if data is None:
             return b"".join(parts)
+        num_bytes += len(data)
+        if num_bytes > MAX_UPSTREAM_BODY_BYTES:
+            exchange.abort()
+            raise UpstreamFailure(
+                FailureKind.MALFORMED,
+                f"answer larger than {MAX_UPSTREAM_BODY_BYTES} bytes",
+                response_started=True,
+            )
         parts.append(data)
 
 

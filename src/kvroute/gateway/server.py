@@ -1,8 +1,11 @@
 """The HTTP/1.1 server: asyncio protocol + httptools' C parser, nothing else.
 
-Why not uvicorn or aiohttp: a gateway's whole job is the few hundred microseconds it
-adds, and every layer between the socket and the handler costs there
-(bench/gateway_overhead.py measures it). This server keeps one task per request,
+Why our own: a gateway's whole job is the few hundred microseconds it adds, and every
+layer between the socket and the handler costs there (bench/gateway_overhead.py
+measures it). Whether a well-kept server would do better is measured side by side by
+bench/gateway_servers.py (bare handlers, CPU per request and heads at defaults; see
+bench/RESULTS.md, where granian's native interface comes out cheaper: the switch is
+open). This server keeps one task per request,
 writes streamed pieces the moment they come (chunked encoding, no buffering, with
 back-pressure from the socket), and cancels a request's task the moment its client
 goes away, so the upstream request is cancelled too.
@@ -10,15 +13,24 @@ goes away, so the upstream request is cancelled too.
 Shutdown drains with the listener open (:meth:`HttpServer.shutdown`): probes and load
 balancers keep getting answers while streams in progress finish.
 
-Limits enforced here, before a handler runs: the body size (413 as soon as
-``Content-Length`` or the received bytes pass it) and malformed HTTP (400).
-Keep-alive follows HTTP/1.1; pipelined requests are answered in order.
+Limits enforced here, before a handler runs (:class:`ServerLimits`): the body size
+(413 as soon as ``Content-Length`` or the received bytes pass it); the head's size
+(414/431 as soon as it passes, however it is split); the time a head or a body may
+take to arrive (408: slow clients cannot hold connections); the number of open
+connections (the longest-waiting idle one is closed to make room, with a warning);
+how many pipelined requests are read ahead (then reading pauses); malformed HTTP,
+a missing or repeated Host, a transfer coding other than chunked (400/501).
+Keep-alive follows HTTP/1.1 (HTTP/1.0: only when asked, and said so; streams to
+1.0 clients are unframed, ended by the close); pipelined requests are answered in
+order, an error found among them after the answers before it. HEAD gets the head
+only. ``Upgrade`` (h2c, websocket) is ignored: the request is answered over HTTP/1.1.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import time
 import uuid
@@ -30,7 +42,7 @@ from typing import cast
 import httptools
 
 from kvroute.errors import UsageError
-from kvroute.gateway.errors import error_payload
+from kvroute.gateway.errors import error_payload, sse_error_event
 from kvroute.gateway.response_head import response_head
 from kvroute.gateway.types import Handler, Request, RequestContext, Response
 
@@ -39,28 +51,66 @@ from kvroute.gateway.types import Handler, Request, RequestContext, Response
 class ServerLimits:
     max_body_bytes: int = 4 * 1024 * 1024
     max_head_bytes: int = 64 * 1024
+    """Request line and headers together: 414 (line) or 431 (headers) past it."""
     keep_alive_s: float = 75.0
+    head_timeout_s: float = 10.0
+    """From the connection (or a request's first byte) to the end of its head: 408."""
+    body_timeout_s: float = 60.0
+    """From the end of a head to the end of its body: 408."""
+    max_connections: int = 4096
+    """Past it the longest-waiting connection with nothing in progress is closed (or,
+    with every one busy, the new one gets a 503)."""
+    max_pipelined: int = 4
+    """Requests read ahead of the one being answered; then reading pauses (TCP's
+    back-pressure holds the rest in the client)."""
+
+
+_CAP_LOG_EVERY_S = 10.0
+"""The connection-cap warning is logged at most this often (with a running count)."""
+_LINGER_S = 2.0
+"""After a last answer, unread bytes still arriving are discarded this long before the
+close (closing with unread bytes resets the connection, losing the answer)."""
 
 
 class _Connection(asyncio.Protocol):
     """One client connection. Parser callbacks build requests; ``_serve`` answers them
-    one at a time; ``connection_lost`` cancels the one in progress."""
+    one at a time; ``connection_lost`` cancels the one in progress.
+
+    Read timers: the head must be complete ``head_timeout_s`` after the connection or
+    the request's first byte, the body ``body_timeout_s`` after the head; between
+    requests the connection may idle ``keep_alive_s``. An error found while earlier
+    answers are in progress (a malformed pipelined request, a timeout) is answered
+    after them, then the connection closes.
+    """
 
     def __init__(self, server: HttpServer) -> None:
         self._server = server
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
-        self._url = b""
+        self._url = bytearray()
         self._headers: dict[str, str] = {}
         self._head_bytes = 0
+        self._head_problem: tuple[int, str] | None = None
         self._body = bytearray()
         self._received_s = 0.0
-        self._pending: deque[tuple[Request, bool]] = deque()
+        self._pending: deque[tuple[Request, bool, bool]] = deque()
+        """(request, keep-alive, HTTP/1.0) in arrival order."""
         self._task: asyncio.Task[None] | None = None
         self._writable: asyncio.Future[None] | None = None
         self._closed = False
         self._rejected = False
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._read_done = False
+        """No more requests are read (after a close, an upgrade or an error)."""
+        self._rejection: bytes | None = None
+        """An error answer waiting for the answers before it."""
+        self._reading_paused = False
+        self._in_message = False
+        self._in_body = False
+        self._continue_due = False
+        self._chunked = True
+        self._current: Request | None = None
+        self._streaming_sse = False
+        self._timer: asyncio.TimerHandle | None = None
         self.client = ""
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -73,29 +123,44 @@ class _Connection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = transport.get_extra_info("peername")
         self.client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
-        self._server.connections.add(self)
-        self._arm_idle_timer()
+        if not self._server.admit(self):
+            self._closed = True
+            body = error_payload("too many connections; retry", "server_error", None, "overloaded")
+            headers = [("content-type", "application/json"), ("connection", "close")]
+            self._transport.write(
+                response_head(503, headers, b"content-length: %d\r\n\r\n" % len(body)) + body
+            )
+            self._transport.close()
+            return
+        self._arm(self._server.limits.head_timeout_s, self._read_timeout)
 
     def data_received(self, data: bytes) -> None:
+        if self._read_done:
+            return  # after the last request: dropped (see _LINGER_S)
         # After a 413 the rest of the body is still read (and dropped): closing with
         # unread bytes would reset the connection before the client reads the answer.
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._reject(400, "protocol upgrades are not supported")
-            self._close()
+            # h2c or websocket: the request is answered over HTTP/1.1, Upgrade ignored
+            # (RFC 9110 7.8); what follows it is another protocol, so nothing more is read.
+            self._read_done = True
+            if self._pending:
+                request, _, http10 = self._pending[-1]
+                self._pending[-1] = (request, False, http10)
         except httptools.HttpParserError as exc:
-            self._reject(400, f"malformed HTTP request: {exc}")
-            self._close()
+            if not self._read_done:  # bytes after a Connection: close request: dropped
+                self._reject(400, f"malformed HTTP request: {exc}", "bad_request")
 
     def eof_received(self) -> bool | None:
-        # A client that half-closes is gone for our purposes: cancel its request.
+        # A client that half-closes is gone for our purposes: cancel its request (a
+        # client that left sends the same FIN; only this lets its generation stop).
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self._server.connections.discard(self)
-        self._cancel_idle_timer()
+        self._server.connections.pop(self, None)
+        self._cancel_timer()
         if self._task is not None and not self._task.done():
             self._task.cancel()
         if self._writable is not None and not self._writable.done():
@@ -112,36 +177,60 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks ------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self._url = b""
+        self._url = bytearray()
         self._headers = {}
         self._head_bytes = 0
+        self._head_problem = None
         self._body = bytearray()
         self._received_s = 0.0
-        self._cancel_idle_timer()
+        self._in_message, self._in_body = True, False
+        self._arm(self._server.limits.head_timeout_s, self._read_timeout)
 
     def on_url(self, url: bytes) -> None:
-        self._url += url
         self._head_bytes += len(url)
+        if self._head_bytes > self._server.limits.max_head_bytes:
+            self._reject(414, "request line too long", "head_too_large")
+            return
+        self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_bytes += len(name) + len(value)
         if self._head_bytes > self._server.limits.max_head_bytes:
-            self._reject(400, "request head too large")
-            self._close()
+            self._reject(431, "request head too large", "head_too_large")
             return
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
+        if key == "host" and key in self._headers:
+            self._head_problem = (400, "more than one Host header")
         self._headers[key] = f"{self._headers[key]}, {text}" if key in self._headers else text
 
     def on_headers_complete(self) -> None:
+        if self._rejected:
+            return
         self._received_s = time.monotonic()
-        length = self._headers.get("content-length")
+        self._in_body = True
+        self._arm(self._server.limits.body_timeout_s, self._read_timeout)
+        headers = self._headers
+        problem = self._head_problem
+        if problem is None and "host" not in headers and self._parser.get_http_version() != "1.0":
+            problem = (400, "an HTTP/1.1 request needs a Host header")
+        te = headers.get("transfer-encoding")
+        if problem is None and te is not None and te.strip().lower() != "chunked":
+            problem = (501, f"transfer-encoding {te!r} is not supported (only chunked)")
+        if problem is not None:
+            self._reject(problem[0], problem[1], "bad_request")
+            return
+        length = headers.get("content-length")
         limit = self._server.limits.max_body_bytes
         if length is not None and length.isdigit() and int(length) > limit:
-            self._reject(413, f"request body is larger than {limit} bytes")
+            self._reject(413, f"request body is larger than {limit} bytes", "body_too_large")
             return
-        if self._headers.get("expect", "").lower() == "100-continue" and self._transport:
-            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if headers.get("expect", "").lower() == "100-continue":
+            # Never inside an answer in progress: after it (see _serve).
+            if self._task is None and not self._pending and self._transport is not None:
+                self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            else:
+                self._continue_due = True
 
     def on_body(self, body: bytes) -> None:
         if self._rejected:
@@ -149,13 +238,16 @@ class _Connection(asyncio.Protocol):
         self._body += body
         limit = self._server.limits.max_body_bytes
         if len(self._body) > limit:
-            self._reject(413, f"request body is larger than {limit} bytes")
+            self._reject(413, f"request body is larger than {limit} bytes", "body_too_large")
 
     def on_message_complete(self) -> None:
+        self._in_message = self._in_body = self._continue_due = False
+        self._cancel_timer()
         if self._rejected:
-            self._close()
+            if self._rejection is None:
+                self._close()
             return
-        url = httptools.parse_url(self._url)
+        url = httptools.parse_url(bytes(self._url))
         path = url.path.decode("latin-1")
         query = url.query.decode("latin-1") if url.query else ""
         request_id = self._headers.get("x-request-id") or self._server.next_request_id()
@@ -171,7 +263,12 @@ class _Connection(asyncio.Protocol):
             received_s=self._received_s or time.monotonic(),
             ctx=RequestContext(request_id=request_id),
         )
-        self._pending.append((request, self._parser.should_keep_alive()))
+        keep_alive = self._parser.should_keep_alive()
+        self._pending.append((request, keep_alive, self._parser.get_http_version() == "1.0"))
+        if not keep_alive:
+            self._read_done = True  # what follows a Connection: close request is dropped
+        elif len(self._pending) >= self._server.limits.max_pipelined:
+            self._pause_reading()
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._serve())
 
@@ -180,58 +277,113 @@ class _Connection(asyncio.Protocol):
     async def _serve(self) -> None:
         try:
             while self._pending and not self._closed:
-                request, keep_alive = self._pending.popleft()
+                request, keep_alive, http10 = self._pending.popleft()
+                if self._reading_paused and len(self._pending) < self._server.limits.max_pipelined:
+                    self._resume_reading()
                 keep_alive = keep_alive and not self._server.draining
-                await self._answer(request, keep_alive)
+                await self._answer(request, keep_alive, http10)
                 if not keep_alive:
-                    self._close()
+                    self._linger()
                     return
+                # A client that does not read its answers gets no more of them (and,
+                # with the pipelining pause, no more of its requests are read).
+                await self.drain()
+                if self._pending:
+                    # One answer per turn of the loop: a pipelining client does not
+                    # hold the loop for a whole read's worth of requests.
+                    await asyncio.sleep(0)
         except asyncio.CancelledError:
             pass
         finally:
             self._task = None
-        if not self._closed:
-            if self._server.draining:
-                self._close()
-            else:
-                self._arm_idle_timer()
+        if self._closed:
+            return
+        if self._rejection is not None and self._transport is not None:
+            self._transport.write(self._rejection)
+            self._rejection = None
+            self._linger()
+        elif self._read_done or self._server.draining:
+            self._linger()
+        elif self._continue_due and self._transport is not None:
+            self._continue_due = False
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        elif not self._in_message:
+            self._arm(self._server.limits.keep_alive_s, self.close_if_idle)
 
-    async def _answer(self, request: Request, keep_alive: bool) -> None:
+    async def _answer(self, request: Request, keep_alive: bool, http10: bool) -> None:
         self._server.num_active += 1
+        self._current = request
         response: Response | None = None
         try:
             response = await self._server.handler(request)
-            self._write_head(request, response, keep_alive)
+            self._streaming_sse = response.stream is not None and any(
+                n == "content-type" and v.startswith("text/event-stream")
+                for n, v in response.headers
+            )
+            # HTTP/1.0 has no chunked framing: a stream's end is the connection's end.
+            self._chunked = not http10
+            keep_alive = keep_alive and not (http10 and response.stream is not None)
+            self._write_head(request, response, keep_alive, http10)
+            if request.method == "HEAD":
+                return  # the head only, whatever the handler produced
             if response.stream is not None and not self._closed:
                 await response.stream.send_to(self)
-                if not self._closed and self._transport is not None:
+                if self._chunked and not self._closed and self._transport is not None:
                     self._transport.write(b"0\r\n\r\n")
         finally:
             self._server.num_active -= 1
+            self._current, self._streaming_sse = None, False
             if response is not None:
                 response.close()
             self._server.notify_idle()
 
-    def _write_head(self, request: Request, response: Response, keep_alive: bool) -> None:
+    def cut(self) -> str | None:
+        """Shut down now: an SSE stream in progress ends with a terminal error event
+        (clients see why it is incomplete), anything else is dropped. Returns the id
+        of the request that was cut, if one was in progress."""
+        cut = self._current.ctx.request_id if self._current is not None else None
+        transport = self._transport
+        if self._streaming_sse and transport is not None and not self._closed:
+            event = sse_error_event(
+                "the gateway shut down before the answer was complete", "server_error", "draining"
+            )
+            self.write(event)
+            if self._chunked:
+                transport.write(b"0\r\n\r\n")
+            transport.close()  # after the buffered bytes; a client that reads nothing:
+            asyncio.get_running_loop().call_later(_LINGER_S, transport.abort)
+        else:
+            self.abort()
+        return cut
+
+    def _write_head(
+        self, request: Request, response: Response, keep_alive: bool, http10: bool
+    ) -> None:
         if self._transport is None or self._closed:
             return
         headers = list(response.headers)
         headers.append(("x-request-id", request.ctx.request_id))
         if not keep_alive:
             headers.append(("connection", "close"))
+        elif http10:
+            headers.append(("connection", "keep-alive"))  # 1.0 closes unless told
+        head_only = request.method == "HEAD"
         if response.stream is None:
             extra = b"content-length: %d\r\n\r\n" % len(response.body)
-            self._transport.write(response_head(response.status, headers, extra) + response.body)
+            body = b"" if head_only else response.body
+            self._transport.write(response_head(response.status, headers, extra) + body)
         else:
-            self._transport.write(
-                response_head(response.status, headers, b"transfer-encoding: chunked\r\n\r\n")
-            )
+            framing = b"transfer-encoding: chunked\r\n\r\n" if self._chunked else b"\r\n"
+            self._transport.write(response_head(response.status, headers, framing))
 
     # -- BodySink (streamed bodies push into the connection) ----------------------------
 
     def write(self, data: bytes) -> None:
         if data and not self._closed and self._transport is not None:
-            self._transport.write(b"%x\r\n%s\r\n" % (len(data), data))
+            if self._chunked:
+                self._transport.write(b"%x\r\n%s\r\n" % (len(data), data))
+            else:
+                self._transport.write(data)
 
     @property
     def closed(self) -> bool:
@@ -251,46 +403,114 @@ class _Connection(asyncio.Protocol):
         if self._writable is not None and not self._writable.done():
             await self._writable
 
-    def _reject(self, status: int, message: str) -> None:
-        """Answer a request that never reaches a handler, then close."""
+    # -- errors, timers, closing --------------------------------------------------------
+
+    def _reject(self, status: int, message: str, kind: str) -> None:
+        """Answer a request that never reaches a handler, after the answers before it;
+        then close. A 413 keeps reading (and dropping) the body it refused, so the
+        client is still reading when the answer comes; anything else reads no more."""
         if self._rejected:
             return
         self._rejected = True
-        error_type = "invalid_request_error"
+        self._server.on_rejected(status, kind)
         body = error_payload(
-            message, error_type, None, "request_too_large" if status == 413 else None
+            message, "invalid_request_error", None, "request_too_large" if status == 413 else None
         )
-        self._server.on_rejected(status)
-        if self._transport is not None and not self._closed and self._task is None:
-            headers = [("content-type", "application/json"), ("connection", "close")]
-            extra = b"content-length: %d\r\n\r\n" % len(body)
-            self._transport.write(response_head(status, headers, extra) + body)
-            # Closed when the dropped body has been read (on_message_complete), or soon.
-            asyncio.get_running_loop().call_later(2.0, self._close)
+        headers = [("content-type", "application/json"), ("connection", "close")]
+        answer = response_head(status, headers, b"content-length: %d\r\n\r\n" % len(body)) + body
+        if status != 413:
+            self._read_done = True
+        if self._task is not None or self._pending:
+            self._read_done = True
+            self._rejection = answer
+            return
+        if self._transport is not None and not self._closed:
+            self._transport.write(answer)
+            if status == 413:
+                # Closed when the dropped body has been read (on_message_complete), or soon.
+                self._arm(_LINGER_S, self._close)
+            else:
+                self._linger()
+
+    def _read_timeout(self) -> None:
+        self._timer = None
+        if self._read_done and not self._rejected:
+            return  # no more requests are read: nothing is late
+        what = "body" if self._in_body else "head"
+        limit = (
+            self._server.limits.body_timeout_s
+            if self._in_body
+            else self._server.limits.head_timeout_s
+        )
+        if (
+            not self._in_message
+            and self._head_bytes == 0
+            and not self._pending
+            and self._task is None
+        ):
+            self._close()  # a connection that never sent a byte: nothing to answer
+            return
+        self._reject(408, f"request {what} not received within {limit:g} s", f"{what}_timeout")
+
+    def _linger(self) -> None:
+        """Close after the last answer: our side now, theirs once they close or after
+        :data:`_LINGER_S`, dropping what still arrives meanwhile."""
+        self._read_done = True
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        self._resume_reading()
+        if transport.can_write_eof():
+            with contextlib.suppress(OSError, RuntimeError):
+                transport.write_eof()
+            self._arm(_LINGER_S, self._close)
         else:
             self._close()
+
+    def _pause_reading(self) -> None:
+        if self._transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self._cancel_timer()  # a client we do not read cannot be late
+            with contextlib.suppress(RuntimeError):
+                self._transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._transport is not None and self._reading_paused:
+            self._reading_paused = False
+            with contextlib.suppress(RuntimeError):
+                self._transport.resume_reading()
+            if self._in_message and not self._read_done:
+                limits = self._server.limits
+                self._arm(
+                    limits.body_timeout_s if self._in_body else limits.head_timeout_s,
+                    self._read_timeout,
+                )
 
     def _close(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
 
+    @property
+    def busy(self) -> bool:
+        """Answering, or holding requests to answer."""
+        return self._task is not None or bool(self._pending)
+
     def close_if_idle(self) -> None:
-        if self._task is None and not self._pending:
+        if not self.busy:
             self._close()
 
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
 
-    def _arm_idle_timer(self) -> None:
-        self._cancel_idle_timer()
-        loop = asyncio.get_running_loop()
-        self._idle_timer = loop.call_later(self._server.limits.keep_alive_s, self.close_if_idle)
+    def _arm(self, delay_s: float, callback: Callable[[], None]) -> None:
+        self._cancel_timer()
+        self._timer = asyncio.get_running_loop().call_later(delay_s, callback)
 
-    def _cancel_idle_timer(self) -> None:
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class HttpServer:
@@ -301,11 +521,17 @@ class HttpServer:
         self,
         handler: Handler,
         limits: ServerLimits | None = None,
-        on_rejected: Callable[[int], None] | None = None,
+        on_rejected: Callable[[int, str], None] | None = None,
+        logger: logging.Logger | None = None,
     ) -> None:
         self.handler = handler
         self.limits = limits or ServerLimits()
-        self.connections: set[_Connection] = set()
+        self.logger = logger or logging.getLogger("kvroute.gateway")
+        self.connections: dict[_Connection, None] = {}
+        """Open connections, oldest first (the order eviction looks in)."""
+        self.num_evicted = 0
+        self._cap_logged_s = -_CAP_LOG_EVERY_S
+        self._num_evicted_logged = 0
         self.num_active = 0
         self.draining = False
         self.drain_started_s: float | None = None
@@ -325,9 +551,37 @@ class HttpServer:
         self._num_requests += 1
         return f"{self._id_prefix}-{self._num_requests}"
 
-    def on_rejected(self, status: int) -> None:
+    def on_rejected(self, status: int, kind: str) -> None:
         if self._on_rejected is not None:
-            self._on_rejected(status)
+            self._on_rejected(status, kind)
+
+    def admit(self, conn: _Connection) -> bool:
+        """Take ``conn`` in; at ``max_connections`` make room by closing the oldest
+        connection with nothing in progress (a slow or idle one: whoever holds many
+        connections open loses them first); False when every one is busy."""
+        if len(self.connections) >= self.limits.max_connections:
+            victim = next((c for c in self.connections if not c.busy), None)
+            now = time.monotonic()
+            if victim is not None:
+                self.connections.pop(victim, None)
+                victim.abort()
+                self.num_evicted += 1
+            if now - self._cap_logged_s >= _CAP_LOG_EVERY_S:
+                self._cap_logged_s = now
+                self.logger.warning(
+                    "connection cap reached: %d open (listener.max_connections); %s "
+                    "(%d closed to make room so far)",
+                    len(self.connections) + (victim is not None),
+                    "closing the longest-waiting idle one"
+                    if victim is not None
+                    else "every one is busy, refusing new ones with 503",
+                    self.num_evicted,
+                )
+            if victim is None:
+                self.on_rejected(503, "connection_cap")
+                return False
+        self.connections[conn] = None
+        return True
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
@@ -375,8 +629,11 @@ class HttpServer:
         if self._server is not None:
             self._server.close()
         cut = self.num_active
-        for conn in list(self.connections):
-            conn.abort()
+        cut_ids = [rid for conn in list(self.connections) if (rid := conn.cut()) is not None]
+        if cut_ids:
+            self.logger.warning(
+                "drain over: cut %d requests in progress (%s)", len(cut_ids), ", ".join(cut_ids)
+            )
         if self._server is not None:
             await self._server.wait_closed()
         return cut

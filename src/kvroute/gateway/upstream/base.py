@@ -21,6 +21,8 @@ class FailureKind(enum.Enum):
     """The connection closed or reset before the response ended."""
     FIRST_BYTE_TIMEOUT = "first_token_timeout"
     TOTAL_TIMEOUT = "total_timeout"
+    IDLE_TIMEOUT = "idle_timeout"
+    """A stream in progress sent nothing for the idle limit (a stalled engine)."""
     MALFORMED = "malformed"
     STATUS = "status"
     """The backend answered 502/503/504: overloaded, loading, or failing."""
@@ -67,9 +69,9 @@ class Exchange(Protocol):
         buffered now goes first, synchronously)."""
         ...
 
-    async def finished(self, timeout_s: float) -> None:
-        """Wait for the end of the body, at most ``timeout_s``; raise
-        :class:`UpstreamFailure` if it fails first."""
+    async def finished(self, timeout_s: float, idle_s: float | None = None) -> None:
+        """Wait for the end of the body, at most ``timeout_s``, and at most ``idle_s``
+        without a body piece; raise :class:`UpstreamFailure` if it fails first."""
         ...
 
     def pause(self) -> None:

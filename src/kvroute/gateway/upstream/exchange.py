@@ -29,6 +29,7 @@ class PooledExchange:
         "_done",
         "_error",
         "_head",
+        "_last_data_s",
         "_num_buffered",
         "_on_data",
         "_waiter",
@@ -46,6 +47,7 @@ class PooledExchange:
         self._on_data: Callable[[bytes], None] | None = None
         self._done = False
         self._error: UpstreamFailure | None = None
+        self._last_data_s = 0.0
         self.status = 0
         self.headers: dict[str, str] = {}
         self.response_started = False
@@ -59,6 +61,7 @@ class PooledExchange:
 
     def on_body(self, data: bytes) -> None:
         if self._on_data is not None:
+            self._last_data_s = asyncio.get_running_loop().time()
             self._on_data(data)
             return
         self._buf.append(data)
@@ -151,14 +154,38 @@ class PooledExchange:
             on_data(data)
         self._on_data = on_data
 
-    async def finished(self, timeout_s: float) -> None:
-        deadline_s = asyncio.get_running_loop().time() + timeout_s
-        while self._error is None and not self._done:
-            await self._wait(
-                deadline_s, "the response did not end in time", FailureKind.TOTAL_TIMEOUT
-            )
+    async def finished(self, timeout_s: float, idle_s: float | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        deadline_s = loop.time() + timeout_s
+        if idle_s is None:
+            while self._error is None and not self._done:
+                await self._wait(
+                    deadline_s, "the response did not end in time", FailureKind.TOTAL_TIMEOUT
+                )
+        else:
+            # Pieces go straight to the attached callback (no wake-up each), so a timer
+            # checks how long ago the last one came and re-arms for the rest.
+            self._last_data_s = loop.time()
+            while self._error is None and not self._done:
+                self._waiter = loop.create_future()
+                check_s = min(deadline_s, self._last_data_s + idle_s)
+                timer = loop.call_at(check_s, self._check_deadlines, deadline_s, idle_s)
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+                    timer.cancel()
         if self._error is not None:
             raise self._error
+
+    def _check_deadlines(self, deadline_s: float, idle_s: float) -> None:
+        now = asyncio.get_running_loop().time()
+        if now >= deadline_s:
+            self._on_timeout("the response did not end in time", FailureKind.TOTAL_TIMEOUT)
+        elif now - self._last_data_s >= idle_s:
+            self._on_timeout(f"no data for {idle_s:g} s", FailureKind.IDLE_TIMEOUT)
+        else:
+            self._wake()  # data came meanwhile: wait again from its time
 
     def pause(self) -> None:
         self._conn.pause_reading()

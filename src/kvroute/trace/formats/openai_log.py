@@ -54,21 +54,24 @@ _STRUCTURED_FIELDS = {
 
 
 def structured_output_kind(body: dict[str, Any]) -> StructuredOutput:
-    """What constrained output a request body asks for (OpenAI, vLLM, SGLang, llama.cpp fields)."""
-    rf = body.get("response_format")
-    if isinstance(rf, dict):
-        kind = rf.get("type")
-        if kind == "json_object":
-            return StructuredOutput.JSON_OBJECT
-        if kind == "json_schema":
-            return StructuredOutput.JSON_SCHEMA
-    for name, kind_ in _STRUCTURED_FIELDS.items():
-        if body.get(name) is not None:
-            return kind_
-    extra = body.get("extra_body")
-    if isinstance(extra, dict):
-        return structured_output_kind(extra)
-    return StructuredOutput.NONE
+    """What constrained output a request body asks for (OpenAI, vLLM, SGLang, llama.cpp
+    fields), looking into ``extra_body`` objects nested in it: a loop, not recursion, as
+    the depth is the client's (the gateway classifies bodies it has not vetted)."""
+    while True:
+        rf = body.get("response_format")
+        if isinstance(rf, dict):
+            kind = rf.get("type")
+            if kind == "json_object":
+                return StructuredOutput.JSON_OBJECT
+            if kind == "json_schema":
+                return StructuredOutput.JSON_SCHEMA
+        for name, kind_ in _STRUCTURED_FIELDS.items():
+            if body.get(name) is not None:
+                return kind_
+        extra = body.get("extra_body")
+        if not isinstance(extra, dict):
+            return StructuredOutput.NONE
+        body = extra
 
 
 def _messages(body: dict[str, Any], field_prefix: str) -> list[dict[str, Any]]:
