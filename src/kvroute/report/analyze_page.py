@@ -109,6 +109,9 @@ def _lead(r: AnalysisResult) -> list[Block]:
             ]
         ),
     ]
+    if tr.tokenizer_warning is not None:
+        # First: every figure on the page depends on it.
+        lead.insert(0, Callout(CalloutKind.WARN, "Wrong tokenizer?", tr.tokenizer_warning))
     return lead
 
 

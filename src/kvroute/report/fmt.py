@@ -161,3 +161,8 @@ def byte_size(num_bytes: float) -> str:
     sign = "-" if num_bytes < 0 else ""
     text, unit = _scaled(abs(num_bytes), 1024.0, _BINARY_UNITS, 3)
     return f"{sign}{text} {unit}"
+
+
+def plural(num: int, noun: str) -> str:
+    """A count and its noun, singular for one: ``1 backend``, ``2 backends``, ``1,024 blocks``."""
+    return f"{count(num)} {noun}{'' if num == 1 else 's'}"

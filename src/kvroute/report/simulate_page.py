@@ -19,7 +19,7 @@ from kvroute.report.html import (
     Section,
     Table,
 )
-from kvroute.report.simulate_console import capacity_line
+from kvroute.report.simulate_console import capacity_line, saturation_text
 from kvroute.report.simulate_validation import validation_section
 from kvroute.report.svg import Bars, RefLine, Series, bar_chart, line_chart
 from kvroute.validate.result import ValidationResult
@@ -84,7 +84,9 @@ def _best_callout(r: SimulationResult) -> Callout | None:
     engines = r.engines
     if not engines:
         return None
-    best = max(engines, key=lambda e: e.hit_ratio)
+    # A saturated engine's hit ratio is a backlog's: it cannot be the one to pick.
+    keeping_up = [e for e in engines if e.saturation is None or not e.saturation.saturated]
+    best = max(keeping_up or engines, key=lambda e: e.hit_ratio)
     ideal_text = (
         f" The ideal (infinite) cache would serve {fmt.percent(r.ideal.hit_ratio)}."
         if r.ideal is not None
@@ -125,9 +127,15 @@ def _run_facts(r: SimulationResult) -> KeyValues:
 
 def _lead(r: SimulationResult) -> list[Block]:
     lead: list[Block] = []
+    if r.trace.tokenizer_warning is not None:
+        lead.append(Callout(CalloutKind.WARN, "Wrong tokenizer?", r.trace.tokenizer_warning))
     best = _best_callout(r)
     if best is not None:
         lead.append(best)
+    for run in r.engines:
+        verdict = saturation_text(run)
+        if verdict is not None:
+            lead.append(Callout(CalloutKind.WARN, f"{run.engine} is saturated", verdict))
     lead.append(_run_facts(r))
     for note in r.notes:
         lead.append(Callout(CalloutKind.WARN, "Note", note))
@@ -160,7 +168,8 @@ def _hit_row(e: EngineRun) -> list[str]:
         + ("" if e.peak_pinned_bytes is None else f" ({fmt.byte_size(e.peak_pinned_bytes)})"),
         str(e.peak_running),
         fmt.count(e.num_rejected),
-        "n/a" if e.wait_s.p90 is None else fmt.duration(e.wait_s.p90),
+        ("n/a" if e.wait_s.p90 is None else fmt.duration(e.wait_s.p90))
+        + (" (saturated)" if e.saturation is not None and e.saturation.saturated else ""),
     ]
 
 
