@@ -8,9 +8,17 @@ from rich.table import Table
 from kvroute.bench.compare import Pair
 from kvroute.bench.result import BenchResult, Run
 from kvroute.report import fmt
-from kvroute.report.bench_rows import DIFF_HEADERS, RUN_HEADERS, diff_cells, error_lines, run_row
+from kvroute.report.bench_rows import (
+    DIFF_HEADERS,
+    RUN_HEADERS,
+    diff_cells,
+    error_lines,
+    num_cut,
+    run_row,
+)
 
 _SHORT = {
+    "unsent/cut",
     "TTFT p50",
     "TTFT p99",
     "TPOT p50",
@@ -68,9 +76,12 @@ def render_result(result: BenchResult, console: Console, *, wide: bool = False) 
         + f" · {result.side_by_side}"
     )
     keep = [i for i, h in enumerate(RUN_HEADERS) if wide or i < 5 or h in _SHORT]
+    if not any(r.summary.num_not_sent or num_cut(r.summary) for r in result.runs):
+        keep.remove(RUN_HEADERS.index("unsent/cut"))  # a column of zeros says nothing
     table = Table(box=None, pad_edge=False)
     for i in keep:
-        table.add_column(RUN_HEADERS[i], justify="left" if i < 3 else "right")
+        # The load names the sweep step: cut, two rows would look like one.
+        table.add_column(RUN_HEADERS[i], justify="left" if i < 3 else "right", no_wrap=i < 3)
     for run in result.runs:
         row = run_cells(run)
         table.add_row(*(row[i] for i in keep))

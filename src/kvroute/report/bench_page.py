@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from kvroute.bench import metrics
-from kvroute.bench.compare import Pair
+from kvroute.bench.compare import Pair, mismatches
 from kvroute.bench.result import BenchResult, Run
 from kvroute.report import fmt
 from kvroute.report.bench_charts import cdf_chart, hit_split_blocks, itl_chart, sweep_blocks
@@ -198,10 +198,22 @@ def compare_page(a: BenchResult, b: BenchResult, pairs: list[Pair], generated_at
         sections.append(
             Section("No pairs", [Paragraph("The results share no endpoint and load label.")])
         )
+    lead = _interrupted_callouts(("A", a), ("B", b))
+    differ = mismatches(a, b)
+    if differ:
+        lead.insert(
+            0,
+            Callout(
+                CalloutKind.WARN,
+                "A and B are different experiments",
+                "; ".join(differ) + ". The differences below mix the engines with the "
+                "workloads: they say nothing about the engines alone.",
+            ),
+        )
     return Page(
         title="kvroute bench compare",
         subtitle=f"A: {a.workload.name} · B: {b.workload.name}",
-        lead=_interrupted_callouts(("A", a), ("B", b)),
+        lead=lead,
         sections=sections,
         generated_at=generated_at,
     )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from kvroute.bench.compare import Diff
-from kvroute.bench.metrics import Stat
+from kvroute.bench.metrics import Stat, Summary
+from kvroute.bench.record import ErrorKind
 from kvroute.bench.result import Run
 from kvroute.report import fmt
 
@@ -13,6 +14,7 @@ RUN_HEADERS = (
     "cache",
     "ok",
     "errors",
+    "unsent/cut",
     "TTFT p50",
     "TTFT p99",
     "TPOT p50",
@@ -49,9 +51,14 @@ def run_label(run: Run) -> str:
     return f"{run.endpoint.name} · {run.load.label}{rep}"
 
 
+def num_cut(s: Summary) -> int:
+    """Requests on the wire when Ctrl-C stopped the run: cut off by the user, not failed."""
+    return s.errors.get(ErrorKind.INTERRUPTED.value, 0)
+
+
 def run_row(run: Run) -> list[str]:
     s = run.summary
-    errors = s.num_errors + s.num_not_sent
+    cut = num_cut(s)
     good = "—" if s.goodput is None else f"{pct(s.goodput.share)} ({num(s.goodput.per_s)}/s)"
     valid = (
         "—"
@@ -63,7 +70,8 @@ def run_row(run: Run) -> list[str]:
         run.load.label,
         run.endpoint.cache_state,
         fmt.count(s.num_ok),
-        fmt.count(errors),
+        fmt.count(s.num_errors - cut),
+        fmt.count(s.num_not_sent + cut),
         dur(s.ttft_s.p50),
         dur(s.ttft_s.p99),
         dur(s.tpot_s.p50),
@@ -81,9 +89,12 @@ def run_row(run: Run) -> list[str]:
 
 def error_lines(run: Run) -> list[str]:
     s = run.summary
-    parts = [f"{kind} {n}" for kind, n in s.errors.items()]
+    cut = ErrorKind.INTERRUPTED.value
+    parts = [f"{kind} {n}" for kind, n in s.errors.items() if kind != cut]
     if s.num_not_sent:
         parts.append(f"not sent {s.num_not_sent}")
+    if s.errors.get(cut):
+        parts.append(f"cut short by Ctrl-C {s.errors[cut]}")
     if s.num_cancelled:
         parts.append(f"cancelled (on purpose) {s.num_cancelled}")
     return parts
