@@ -13,7 +13,7 @@ same seed gives the same requests, byte for byte.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -211,39 +211,49 @@ def fit_shared_system(ctx: GenContext, drafts: Sequence[Draft], head: str, overl
     return mean0 + max(filler, 0)
 
 
-def fit_prompt_mean(
-    workload: str,
-    ctx: GenContext,
-    build: Callable[[int], list[Draft]],
-    *,
-    head: str,
-    prompt_tokens: int,
-    overlap: float,
-    num_requests: int,
-) -> list[Draft]:
-    """Drafts whose mean prompt is ``prompt_tokens`` (within ``PROMPT_TOKENS_TOLERANCE``)
-    and whose ideal overlap is ``overlap``: ``build(own)`` makes drafts whose own parts
-    (after the system message) come to about ``own`` tokens; they are built at
-    :func:`own_tokens`'s budget, the shared prefix fitted, and rebuilt with the budget
-    corrected by what the templates and minimum part sizes added, twice at most.
+class SharedPrefixWorkload(Protocol):
+    """A workload whose requests are one shared system message (``head`` plus filler)
+    followed by parts of their own, sized by a mean prompt and a target overlap."""
 
-    Raises :class:`UsageError` when the mean is too short for the parts every request has
-    of its own at this overlap. A set too small for the overlap (``N`` requests share at
-    most ``(N-1)/N``: the first reuses nothing) meets neither target, as before.
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def overlap(self) -> float: ...
+
+    def drafts(self, own_tokens: int, num_requests: int, ctx: GenContext, head: str) -> list[Draft]:
+        """Requests whose own parts (after the system message ``head``) come to about
+        ``own_tokens`` tokens each."""
+        ...
+
+
+def fit_prompt_mean(
+    name: str, workload: SharedPrefixWorkload, num_requests: int, ctx: GenContext, head: str
+) -> list[Draft]:
+    """Drafts whose mean prompt is ``workload.prompt_tokens`` (within
+    ``PROMPT_TOKENS_TOLERANCE``) and whose ideal overlap is ``workload.overlap``. They are
+    built at :func:`own_tokens`'s budget, the shared prefix is fitted, and they are
+    rebuilt with the budget corrected by what the templates and minimum part sizes
+    added, twice at most.
+
+    Raises :class:`UsageError` when the mean is too short for the parts every request
+    has of its own at this overlap. A set too small for the overlap (``N`` requests
+    share at most ``(N-1)/N``: the first reuses nothing) meets neither target.
     """
+    prompt_tokens, overlap = workload.prompt_tokens, workload.overlap
     k = (num_requests - 1) / max(1, num_requests)
     if overlap > 0 and k <= overlap:
         # Too few requests to reach the overlap at all (the first reuses nothing): no
         # filler fits, so the mean cannot be steered either. A mix's smallest components
         # end up here; their share of the mix is small.
-        drafts = build(round((1 - overlap) * prompt_tokens))
+        drafts = workload.drafts(round((1 - overlap) * prompt_tokens), num_requests, ctx, head)
         fit_shared_system(ctx, drafts, head, overlap)
         return drafts
     budget = own_tokens(prompt_tokens, overlap, num_requests)
     tolerance = PROMPT_TOKENS_TOLERANCE * prompt_tokens
     shortest = float("inf")
     for _ in range(3):
-        drafts = build(budget)
+        drafts = workload.drafts(budget, num_requests, ctx, head)
         mean = fit_shared_system(ctx, drafts, head, overlap)
         shortest = min(shortest, mean)
         if abs(mean - prompt_tokens) <= tolerance / 2:  # half: the rest is sampling noise
@@ -257,10 +267,10 @@ def fit_prompt_mean(
         return drafts
     check(
         mean <= prompt_tokens + tolerance,
-        f"{workload}: prompt_tokens={prompt_tokens} is too short for overlap {overlap} at "
+        f"{name}: prompt_tokens={prompt_tokens} is too short for overlap {overlap} at "
         f"-n {num_requests}: the parts each request has of its own leave a mean of at "
         f"least ~{round(shortest):,} tokens (raise prompt_tokens, lower overlap, or shorten "
-        f"those parts: `kvroute bench workloads {workload}` lists them)",
+        f"those parts: `kvroute bench workloads {name}` lists them)",
     )
     return drafts
 

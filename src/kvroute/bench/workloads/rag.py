@@ -51,21 +51,13 @@ class RagWorkload:
             "You answer questions using only the retrieved documents in the user message. "
             "Cite documents by number. If they do not contain the answer, say so. "
         )
-        drafts = fit_prompt_mean(
-            "rag",
-            ctx,
-            lambda own: self._drafts(own, num_requests, ctx, head),
-            head=head,
-            prompt_tokens=self.prompt_tokens,
-            overlap=self.overlap,
-            num_requests=num_requests,
-        )
+        drafts = fit_prompt_mean("rag", self, num_requests, ctx, head)
         return finish("rag", drafts, ctx.tokenizer)
 
-    def _drafts(self, own: int, num_requests: int, ctx: GenContext, head: str) -> list[Draft]:
+    def drafts(self, own_tokens: int, num_requests: int, ctx: GenContext, head: str) -> list[Draft]:
         """Requests whose user messages come to about ``own`` tokens each."""
         text = ctx.text
-        unique_tokens = max(16, own - self.question_tokens - 6 * self.num_chunks)
+        unique_tokens = max(16, own_tokens - self.question_tokens - 6 * self.num_chunks)
         chunk_tokens = max(8, unique_tokens // self.num_chunks)
         pool = [text.tokens(chunk_tokens) for _ in range(self.pool_docs)]
         drafts = []

@@ -48,18 +48,10 @@ class JsonWorkload:
         check(0.0 <= self.overlap <= 0.95, "json: overlap must be in [0, 0.95]")
         check(0.0 <= self.tool_share <= 1.0, "json: tool_share must be in [0, 1]")
         head = "Extract the requested record from the text. Answer with JSON only. "
-        drafts = fit_prompt_mean(
-            "json",
-            ctx,
-            lambda own: self._drafts(own, num_requests, ctx, head),
-            head=head,
-            prompt_tokens=self.prompt_tokens,
-            overlap=self.overlap,
-            num_requests=num_requests,
-        )
+        drafts = fit_prompt_mean("json", self, num_requests, ctx, head)
         return finish("json", drafts, ctx.tokenizer)
 
-    def _drafts(self, own: int, num_requests: int, ctx: GenContext, head: str) -> list[Draft]:
+    def drafts(self, own_tokens: int, num_requests: int, ctx: GenContext, head: str) -> list[Draft]:
         """Requests whose user messages (source text and schema) come to about ``own``
         tokens each."""
         text, rng = ctx.text, ctx.rng
@@ -68,7 +60,7 @@ class JsonWorkload:
             depth = int(rng.integers(self.min_depth, self.max_depth + 1))
             schema = make_schema(rng, depth, self.width)
             schema_text = "\n\nSchema: " + json.dumps(schema, separators=(",", ":"))
-            n = lognormal_len(rng, max(8, own - ctx.num_tokens(schema_text)), 0.3, lo=8)
+            n = lognormal_len(rng, max(8, own_tokens - ctx.num_tokens(schema_text)), 0.3, lo=8)
             user = f"{text.tag('Source ')}: {text.tokens(n)}{schema_text}"
             body: dict[str, Any] = {
                 "messages": [{"role": "system", "content": head}, {"role": "user", "content": user}]
