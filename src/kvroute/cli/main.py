@@ -100,6 +100,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "simulate_cmd",
         "Predict what llama.cpp, vLLM and SGLang would cache on a trace, at a KV capacity.",
     ),
+    "presets": (
+        "kvroute.cli.presets",
+        "presets_cmd",
+        "List the model and GPU presets simulate sizes the KV pool from.",
+    ),
     "bench": (
         "kvroute.cli.bench",
         "bench_group",

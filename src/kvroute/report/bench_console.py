@@ -13,8 +13,8 @@ from kvroute.report.bench_rows import (
     RUN_HEADERS,
     diff_cells,
     error_lines,
-    num_cut,
     run_row,
+    shown_headers,
 )
 
 _SHORT = {
@@ -75,9 +75,8 @@ def render_result(result: BenchResult, console: Console, *, wide: bool = False) 
         )
         + f" · {result.side_by_side}"
     )
-    keep = [i for i, h in enumerate(RUN_HEADERS) if wide or i < 5 or h in _SHORT]
-    if not any(r.summary.num_not_sent or num_cut(r.summary) for r in result.runs):
-        keep.remove(RUN_HEADERS.index("unsent/cut"))  # a column of zeros says nothing
+    shown = set(shown_headers(result.runs))
+    keep = [i for i, h in enumerate(RUN_HEADERS) if h in shown and (wide or i < 5 or h in _SHORT)]
     table = Table(box=None, pad_edge=False)
     for i in keep:
         # The load names the sweep step: cut, two rows would look like one.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kvroute.bench.compare import Diff
 from kvroute.bench.metrics import Stat, Summary
 from kvroute.bench.record import ErrorKind
@@ -28,6 +30,34 @@ RUN_HEADERS = (
     "goodput",
     "JSON valid",
 )
+
+
+SUMMARY_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "Requests and latency",
+        ("endpoint", "load", "cache", "ok", "errors", "unsent/cut", "TTFT p50", "TTFT p99",
+         "TPOT p50", "E2E p50", "E2E p99"),
+    ),
+    (
+        "Throughput, cache and goodput",
+        ("endpoint", "load", "req/s", "out tok/s", "rate achieved", "engine hit",
+         "response hit", "goodput", "JSON valid"),
+    ),
+)  # fmt: skip
+"""The summary split in two tables, so that each fits a 1,400 px screen whole."""
+
+
+def shown_headers(runs: Sequence[Run], headers: Sequence[str] = RUN_HEADERS) -> list[str]:
+    """``headers`` without the columns that would hold nothing for these runs: no
+    request unsent or cut, no structured output, no SLO."""
+    empty = set()
+    if not any(r.summary.num_not_sent or num_cut(r.summary) for r in runs):
+        empty.add("unsent/cut")
+    if all(r.summary.structured is None for r in runs):
+        empty.add("JSON valid")
+    if all(r.summary.goodput is None for r in runs):
+        empty.add("goodput")
+    return [h for h in headers if h not in empty]
 
 
 def dur(value: float | None) -> str:
@@ -124,7 +154,7 @@ def diff_cells(d: Diff) -> list[str]:
         if d.within_noise
         else f"{d.better} better"
     )
-    rel = "—" if d.relative is None else f"{d.relative * 100:+.1f} %"
+    rel = "—" if d.relative is None else fmt.relative(d.relative)
     return [d.name, value(d.a), value(d.b), delta(d.delta), rel, noise, verdict]
 
 

@@ -163,6 +163,18 @@ def byte_size(num_bytes: float) -> str:
     return f"{sign}{text} {unit}"
 
 
-def plural(num: int, noun: str) -> str:
-    """A count and its noun, singular for one: ``1 backend``, ``2 backends``, ``1,024 blocks``."""
-    return f"{count(num)} {noun}{'' if num == 1 else 's'}"
+def plural(num: int, noun: str, nouns: str | None = None) -> str:
+    """A count and its noun, singular for one: ``1 backend``, ``2 backends``, ``1,024
+    blocks``; ``nouns`` when the plural is not the noun plus ``s`` (``prefixes``)."""
+    return f"{count(num)} {noun if num == 1 else nouns or noun + 's'}"
+
+
+def relative(fraction: float) -> str:
+    """A relative change, signed, one decimal below 10 % and none above: ``-0.883 ->
+    "-88 %"``, ``0.046 -> "+4.6 %"``; a change that rounds to nothing is ``"±0 %"``."""
+    special = _non_finite(fraction)
+    if special is not None:
+        return special
+    pct = fraction * 100
+    text = f"{pct:+.1f}" if abs(pct) < 10 else f"{pct:+.0f}"
+    return "±0 %" if float(text) == 0 else f"{text} %"

@@ -85,6 +85,13 @@ def _engine_row(run: EngineRun, best: float) -> list[str]:
 
 
 _HEADERS = ("engine", "hit", "cached", "computed", "w/ hit", "p50", "evicted", "pinned", "rej.")
+LEGEND = (
+    "hit: prompt tokens served from cache · cached / computed: prompt tokens reused / "
+    "prefilled · w/ hit: requests with any hit · p50: median share of a prompt served "
+    "from cache · evicted: cached tokens dropped for room · pinned: most tokens held by "
+    "running requests at once · rej.: requests that never fit the pool"
+)
+"""What the engines table's short headers mean (printed under it)."""
 
 
 def _headline(r: SimulationResult) -> str:
@@ -178,6 +185,7 @@ def render_console(result: SimulationResult, console: Console) -> None:
         + f" · run times: {fmt.count(r.replay.num_trace_run_times)} from the trace, rest modelled"
     )
     console.print(_engines_table(r))
+    console.print(f"[dim]{LEGEND}[/]")
     if r.ideal is not None:
         console.print(_ideal_line(r.ideal))
     for run in r.engines:
