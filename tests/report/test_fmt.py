@@ -184,3 +184,10 @@ def test_relative_changes_share_one_precision_style() -> None:
         "+150 %",
     ]
     assert relative(float("nan")) == "n/a"
+
+
+def test_unknown_is_n_a_never_zero() -> None:
+    from kvroute.report.fmt import percent, tokens
+
+    assert percent(None) == "n/a" and tokens(None) == "n/a"
+    assert percent(0.0) == "0.0 %" and tokens(0) == "0"

@@ -107,7 +107,12 @@ def simulate(
     if not grid and opts.auto_sweep:
         total = sum(_prompt_len(r) for r in requests)
         reusable = ideal.reusable_tokens if ideal is not None else 0
-        grid = sweep_grid(total, reusable, largest_request_tokens(requests, schedule.output_tokens))
+        grid = sweep_grid(
+            total,
+            reusable,
+            largest_request_tokens(requests, schedule.output_tokens),
+            pool_tokens=capacity.tokens,
+        )
     curves = _sweep(requests, factories, grid, block, capacity, schedule, opts, progress)
     if (
         ideal is not None
@@ -315,12 +320,20 @@ def _notes(
     return notes
 
 
-def sweep_grid(prompt_tokens: int, reusable_tokens: int, largest_request_tokens: int) -> list[int]:
+def sweep_grid(
+    prompt_tokens: int,
+    reusable_tokens: int,
+    largest_request_tokens: int,
+    *,
+    pool_tokens: int | None = None,
+) -> list[int]:
     """Capacities for a sweep: powers of two from twice the largest request up to the
-    trace's unique prompt tokens (where an LRU cache stops evicting prompts)."""
+    trace's unique prompt tokens (where an LRU cache stops evicting prompts), and at
+    least one past ``pool_tokens`` (the simulated pool), so the curve shows where that
+    pool sits on it."""
     unique = max(prompt_tokens - reusable_tokens, 1)
     lo = 1 << max(int(np.ceil(np.log2(max(2 * largest_request_tokens, 256)))), 0)
-    hi = 1 << int(np.ceil(np.log2(max(unique, lo))))
+    hi = 1 << int(np.ceil(np.log2(max(unique, lo, (pool_tokens or 0) + 1))))
     grid = []
     c = lo
     while c <= hi:

@@ -60,7 +60,7 @@ def _overlap_rows(r: AnalysisResult) -> list[tuple[str, str]]:
         ),
         (
             "LCP share of prompt, p50 / p90",
-            f"{fmt.percent(ov.lcp_share.p50 or 0)} / {fmt.percent(ov.lcp_share.p90 or 0)}",
+            f"{fmt.percent(ov.lcp_share.p50)} / {fmt.percent(ov.lcp_share.p90)}",
         ),
     ]
     if ov.reported_hit_ratio is not None:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvroute.report.fmt import si
+from kvroute.report.fmt import percent, si
 
 _STEP_MANTISSAS = (1.0, 2.0, 2.5, 5.0)
 _EPS = 1e-9
@@ -42,7 +42,7 @@ class Axis:
 
     def format(self, value: float) -> str:
         """One value in this axis's style (for tooltips and bar value labels)."""
-        return f"{si(value * 100)} %" if self.percent else si(value)
+        return percent(value) if self.percent else si(value)
 
 
 def nice_ticks(lo: float, hi: float, *, max_ticks: int = 6) -> tuple[float, ...]:

@@ -67,7 +67,7 @@ def render_result(result: BenchResult, console: Console, *, wide: bool = False) 
         console.print(f"[bold red]{INTERRUPTED_TITLE.upper()}[/]: {note}")
     console.print(
         f"[bold]kvroute bench[/] {w.name} · {fmt.count(w.num_requests)} requests · seed {w.seed}"
-        f" · prompt p50 {fmt.tokens(w.prompt_tokens.p50 or 0)} tokens"
+        f" · prompt p50 {fmt.tokens(w.prompt_tokens.p50)} tokens"
         + (
             f" · ideal overlap {fmt.percent(w.ideal_overlap)}"
             if w.ideal_overlap is not None

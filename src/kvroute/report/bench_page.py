@@ -80,7 +80,7 @@ def _workload_facts(result: BenchResult) -> KeyValues:
             ("requests", fmt.count(w.num_requests)),
             (
                 "prompt tokens p50 / p99",
-                f"{fmt.tokens(w.prompt_tokens.p50 or 0)} / {fmt.tokens(w.prompt_tokens.p99 or 0)}",
+                f"{fmt.tokens(w.prompt_tokens.p50)} / {fmt.tokens(w.prompt_tokens.p99)}",
             ),
             (
                 "ideal prefix overlap",

@@ -66,9 +66,10 @@ def si(value: float, *, digits: int = 3) -> str:
     return f"{sign}{text}{prefix}"
 
 
-def tokens(num_tokens: float) -> str:
-    """A token count, compact: ``12_345 -> "12.3k"`` (same rules as :func:`si`)."""
-    return si(num_tokens)
+def tokens(num_tokens: float | None) -> str:
+    """A token count, compact: ``12_345 -> "12.3k"`` (same rules as :func:`si`); unknown
+    (None) is ``"n/a"``, never 0."""
+    return "n/a" if num_tokens is None else si(num_tokens)
 
 
 def capacity(num_tokens: float) -> str:
@@ -115,8 +116,11 @@ def count(n: int) -> str:
     return f"{n:,}"
 
 
-def percent(fraction: float, *, digits: int = 1) -> str:
-    """A fraction as a percentage with ``digits`` decimals: ``0.612 -> "61.2 %"``."""
+def percent(fraction: float | None, *, digits: int = 1) -> str:
+    """A fraction as a percentage with ``digits`` decimals: ``0.612 -> "61.2 %"``;
+    unknown (None) is ``"n/a"``, never ``0.0 %``."""
+    if fraction is None:
+        return "n/a"
     special = _non_finite(fraction)
     if special is not None:
         return special

@@ -15,10 +15,6 @@ def _capacity_text(tokens: int | None) -> str:
     return "unbounded" if tokens is None else f"{fmt.capacity(tokens)} tokens"
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else fmt.percent(value)
-
-
 def capacity_line(result: SimulationResult) -> str:
     """How the KV pool was sized, in one line."""
     c = result.capacity
@@ -77,7 +73,7 @@ def _engine_row(run: EngineRun, best: float) -> list[str]:
         fmt.tokens(run.cached_tokens),
         fmt.tokens(run.computed_tokens),
         fmt.percent(run.share_requests_with_hit, digits=0),
-        _pct(d.p50),
+        fmt.percent(d.p50),
         fmt.tokens(run.evicted_tokens),
         fmt.tokens(run.peak_pinned_tokens),
         fmt.count(run.num_rejected),

@@ -256,6 +256,8 @@ def _memory_section(engines: list[EngineRun]) -> Section:
 def _sweep_section(r: SimulationResult) -> Section:
     """Hit ratio against KV pool size, one line per engine, the ideal dashed."""
     refs = [] if r.ideal is None else [RefLine(r.ideal.hit_ratio, "ideal")]
+    pool = r.capacity.tokens
+    marks = [] if pool is None else [RefLine(pool, f"simulated pool {fmt.capacity(pool)}")]
     chart = line_chart(
         [Series(c.engine, c.capacity_tokens, c.hit_ratio) for c in r.sweep],
         title="Hit ratio vs KV capacity",
@@ -265,12 +267,14 @@ def _sweep_section(r: SimulationResult) -> Section:
         percent_y=True,
         y_min=0,
         hlines=refs,
+        vlines=marks,
     )
     return Section(
         "Hit ratio vs KV capacity",
         [
             Paragraph(
-                "Each engine replayed at each KV pool size; the dashed line is the ideal cache."
+                "Each engine replayed at each KV pool size; the dashed lines are the ideal "
+                "cache and the pool simulated above."
             ),
             Chart(chart),
         ],
