@@ -318,9 +318,10 @@ def _reuse_section(r: AnalysisResult) -> Section:
                     ru.reuse_time_s_hist_edges,
                     [c / total for c in ru.reuse_time_s_hist_counts],
                     title="Time between reuses of a block",
-                    x_label="seconds",
+                    x_label="time since the block was last used",
                     y_label="share of reuses",
                     percent=True,
+                    edge_text=fmt.duration,
                 )
             )
         )

@@ -11,6 +11,7 @@ from kvroute.bench import metrics
 from kvroute.bench.record import Outcome, RequestRecord
 from kvroute.bench.result import Run
 from kvroute.report import fmt
+from kvroute.report.axes import wants_log
 from kvroute.report.bench_rows import run_label, stat_cells
 from kvroute.report.html import Block, Chart, Paragraph, Table
 from kvroute.report.svg import Series, Shape, line_chart
@@ -43,11 +44,13 @@ def cdf_chart(
     ]
     if not series:
         return Paragraph(f"{title}: no data.")
+    log_x = wants_log([x for s in series for x in s.xs])
     return Chart(
         line_chart(
             series,
             title=title,
-            x_label="seconds",
+            x_label="seconds (log scale)" if log_x else "seconds",
+            log_x=log_x,
             y_label="share of requests ≤ x",
             percent_y=True,
             y_min=0,

@@ -332,16 +332,19 @@ def bar_chart(
     return "\n".join([*parts, "</svg>"])
 
 
-def bin_labels(edges: Sequence[float]) -> tuple[str, ...]:
-    """Labels for the bins between consecutive ``edges``: ``"1k–2k"``, ``"≥ 8k"`` (open end)."""
+def bin_labels(
+    edges: Sequence[float], edge_text: Callable[[float], str] = si
+) -> tuple[str, ...]:
+    """Labels for the bins between consecutive ``edges``: ``"1k–2k"``, ``"≥ 8k"`` (open
+    end); ``edge_text`` writes one edge (:func:`~kvroute.report.fmt.duration` for times)."""
     out = []
     for lo, hi in itertools.pairwise(edges):
         if math.isinf(hi) and hi > 0:
-            out.append(f"≥ {si(lo)}")
+            out.append(f"≥ {edge_text(lo)}")
         elif math.isinf(lo) and lo < 0:
-            out.append(f"< {si(hi)}")
+            out.append(f"< {edge_text(hi)}")
         else:
-            out.append(f"{si(lo)}–{si(hi)}")
+            out.append(f"{edge_text(lo)}–{edge_text(hi)}")
     return tuple(out)
 
 
@@ -353,6 +356,7 @@ def histogram(
     x_label: str,
     y_label: str = "count",
     percent: bool = False,
+    edge_text: Callable[[float], str] = si,
     width: int = 720,
     height: int = 360,
 ) -> str:
@@ -368,7 +372,7 @@ def histogram(
             f"for {len(counts)} counts"
         )
     return bar_chart(
-        bin_labels(edges),
+        bin_labels(edges, edge_text),
         list(counts),
         title=title,
         x_label=x_label,
