@@ -279,7 +279,12 @@ class Gateway:
         if path == "/kvroute/status":
             # Open like /metrics: shares and counts, no text.
             endpoints.require_method(method, "GET")
-            return endpoints.traffic_status(self.traffic, self.clock(), request.query)
+            return endpoints.traffic_status(
+                self.traffic,
+                self.clock(),
+                request.query,
+                [b.name for b in self._state.config.backends],
+            )
         if path == "/kvroute/rollout":
             # Open like /metrics: counts and timings, no text.
             endpoints.require_method(method, "GET")

@@ -70,8 +70,10 @@ def metrics(
     return Response(200, [("content-type", "text/plain; version=0.0.4")], body)
 
 
-def traffic_status(traffic: TrafficShape, now_s: float, query: str) -> Response:
-    data = status(traffic, now_s)
+def traffic_status(
+    traffic: TrafficShape, now_s: float, query: str, backend_names: Sequence[str] = ()
+) -> Response:
+    data = status(traffic, now_s, backend_names)
     if "format=json" in query.split("&"):
         return json_response(200, data)
     return Response(200, [("content-type", "text/html; charset=utf-8")], status_html(data))

@@ -332,9 +332,7 @@ def bar_chart(
     return "\n".join([*parts, "</svg>"])
 
 
-def bin_labels(
-    edges: Sequence[float], edge_text: Callable[[float], str] = si
-) -> tuple[str, ...]:
+def bin_labels(edges: Sequence[float], edge_text: Callable[[float], str] = si) -> tuple[str, ...]:
     """Labels for the bins between consecutive ``edges``: ``"1k–2k"``, ``"≥ 8k"`` (open
     end); ``edge_text`` writes one edge (:func:`~kvroute.report.fmt.duration` for times)."""
     out = []
