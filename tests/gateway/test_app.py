@@ -220,3 +220,12 @@ def test_requests_total_counts_completions_not_scrapes_or_pages(
         metrics = client.get("/metrics").text
     counted = [line for line in metrics.splitlines() if line.startswith("kvroute:requests_total{")]
     assert len(counted) == 1 and 'backend="b0"' in counted[0] and counted[0].endswith(" 1")
+
+
+def test_the_root_says_what_the_gateway_is(loop_thread: LoopThread, fake: FakeUpstream) -> None:
+    with running_gateway(loop_thread, keyed_config(fake.url)) as gw:
+        page = httpx.get(f"{gw.url}/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "kvroute gateway" in page.text and "/kvroute/status" in page.text
+        assert fake.url not in page.text and "sk-" not in page.text  # open: nothing secret
+        assert httpx.post(f"{gw.url}/").status_code == 405

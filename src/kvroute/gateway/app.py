@@ -258,6 +258,9 @@ class Gateway:
         if path == "/v1/models":
             endpoints.require_method(method, "GET")
             return endpoints.models(self._state, request)
+        if path == "/":
+            endpoints.require_method(method, "GET")
+            return endpoints.index(self._state)
         if path == "/health":
             return json_response(200, {"status": "ok"})
         if path == "/ready":
