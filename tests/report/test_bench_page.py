@@ -79,7 +79,7 @@ def test_bench_page_has_cdfs_sweep_and_cache_split() -> None:
     assert len(charts) >= 7
     for svg in charts:
         ET.fromstring(svg)
-    assert "llama · rate=2/s · hit" in html and "vllm · rate=4/s · miss" in html
+    assert "llama · rate=2/s · hit (10 requests)" in html and "vllm · rate=4/s · miss (" in html
 
 
 def test_compare_page_pairs_runs() -> None:

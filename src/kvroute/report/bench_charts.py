@@ -122,15 +122,30 @@ def _hit_split_table(runs: Sequence[Run]) -> Table:
     return Table(["run", "cache", "requests", "p50", "p90", "p95", "p99", "max"], rows)
 
 
+FEW_REQUESTS = 5
+"""Below this many requests on one side, the hit/miss split gets a caveat."""
+
+
 def hit_split_blocks(runs: Sequence[Run]) -> list[Block]:
     """TTFT percentiles of cache hits and misses per run, then their CDFs."""
     series: list[Series] = []
+    few: list[str] = []
     for run in runs:
         for tag, vals in (("hit", _ttfts(run, hit=True)), ("miss", _ttfts(run, hit=False))):
-            s = _cdf_series(f"{run_label(run)} · {tag}", vals)
+            # The count in the legend: a curve drawn from one request is one request.
+            s = _cdf_series(f"{run_label(run)} · {tag} ({fmt.plural(len(vals), 'request')})", vals)
             if s is not None:
                 series.append(s)
+            if 0 < len(vals) < FEW_REQUESTS:
+                few.append(f"{run_label(run)} {tag} ({len(vals)})")
     blocks: list[Block] = [_hit_split_table(runs)]
+    if few:
+        blocks.append(
+            Paragraph(
+                f"Too few requests to compare on one side: {', '.join(few)}. A hit slower "
+                "than a miss from so few says nothing about the cache."
+            )
+        )
     if series:
         blocks.append(
             Chart(
