@@ -101,7 +101,10 @@ def test_bad_record_exit_3_one_line_no_traceback(tmp_path: Path, sample: Path) -
     code, out, err = run(
         "analyze", str(bad), "--skip-invalid", "--workers", "1", "--json", str(tmp_path / "ok.json")
     )
-    assert code == 0 and "skipped 1 invalid" in out
+    assert code == 0 and "skipped 1 invalid record (line 4), e.g." in out
+    # simulate says the same, where the skipped records are
+    code, _, err = run("simulate", str(bad), "--skip-invalid", "--capacity-tokens", "8k")
+    assert code == 0 and "skipped 1 invalid record (line 4)" in err + _
     assert json.loads((tmp_path / "ok.json").read_text())["trace"]["num_skipped"] == 1
 
 

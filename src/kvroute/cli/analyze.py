@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 import orjson
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from kvroute.analyze.result import AnalysisResult
@@ -126,20 +127,14 @@ def analyze_cmd(
             workers=workers,
             console=console if not quiet else None,
         )
-        problem = (
-            stats.first_problems[0].replace(str(source.path), source.name)
-            if stats.first_problems
-            else ""
-        )
+        skipped = stats.skipped_text(str(source.path), source.name)
     _warn_tokenizer_mismatch(result)
     if not quiet:
         from kvroute.report.analyze_console import render_console
 
         render_console(result, console, show_text=not no_text)
-        if stats.num_skipped:
-            console.print(
-                f"[yellow]skipped {stats.num_skipped:,} invalid records[/], e.g. {problem}"
-            )
+        if skipped is not None:
+            console.print(f"[yellow]{escape(skipped)}[/]")
     if json_path is not None:
         data = orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
         emit(json_path, data)
