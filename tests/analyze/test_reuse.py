@@ -64,3 +64,15 @@ def test_sampling_keeps_the_curve_close() -> None:
     assert s.infinite_hit_ratio == e.infinite_hit_ratio  # the level is the exact one
     for a, b in zip(e.hit_ratio, s.hit_ratio, strict=True):
         assert abs(a - b) < 0.02
+
+
+def test_reuse_time_bins_are_round_1_2_5_edges() -> None:
+    import numpy as np
+
+    from kvroute.analyze.reuse import _log_hist
+    from kvroute.report import fmt
+    from kvroute.report.svg import bin_labels
+
+    edges, counts = _log_hist(np.array([0.00012, 0.003, 0.04, 0.9]))
+    assert edges[:4] == [0.0001, 0.0002, 0.0005, 0.001] and sum(counts) == 4
+    assert bin_labels(edges, fmt.duration)[0] == "100 µs–200 µs"

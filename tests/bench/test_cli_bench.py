@@ -204,3 +204,82 @@ def test_usage_errors_exit_2_with_valid_names(cli: CliRunner) -> None:
     assert out.exit_code == 2 and "valid: agent" in out.output
     out = run(cli, "bench", "-e", "x=http://127.0.0.1:9,engine=tgi", "-w", "qa", "-n", "1")
     assert out.exit_code == 2 and "valid: llamacpp, sglang, vllm" in out.output
+
+
+def test_the_default_result_file_is_never_overwritten_silently(
+    cli: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bench.json").write_text("an earlier result")
+    args = ["bench", "-e", "dead=http://127.0.0.1:9", "-w", "qa", "-n", "2"]
+    out = run(cli, *args)
+    assert out.exit_code == 2, out.output
+    assert "bench.json exists (an earlier bench result); not overwriting it" in out.output
+    assert "--force" in out.output and "--json NEW.json" in out.output
+    assert (tmp_path / "bench.json").read_text() == "an earlier result"
+    # --force gets past the refusal (to the dead endpoint); an explicit --json is a choice.
+    assert run(cli, *args, "--force").exit_code == 5
+    assert run(cli, *args, "--json", "bench.json").exit_code == 5
+
+
+def _small_result(cli: CliRunner, path: Path, *extra: str) -> None:
+    with fake_upstream() as up:
+        out = run(
+            cli,
+            "bench",
+            "-e",
+            f"fake={up.url},model=ok",
+            "-w",
+            "qa",
+            "-n",
+            "4",
+            "--concurrency",
+            "2",
+            "--no-overlap-check",
+            "--json",
+            str(path),
+            "-q",
+            *extra,
+        )
+    assert out.exit_code == 0, out.output
+
+
+def test_compare_refuses_different_experiments_unless_forced(
+    cli: CliRunner, tmp_path: Path
+) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    _small_result(cli, a)
+    _small_result(cli, b, "--seed", "5")
+    out = run(cli, "bench", "compare", str(a), str(b))
+    assert out.exit_code == 2, out.output
+    assert "are different experiments (seed 0 vs 5)" in out.output and "--force" in out.output
+    html = tmp_path / "c.html"
+    out = run(cli, "bench", "compare", str(a), str(b), "--force", "--html", str(html))
+    assert out.exit_code == 0, out.output
+    assert "warning: A and B are different experiments" in out.output
+    assert "A and B are different experiments" in html.read_text()
+    _small_result(cli, b)  # the same requests on the same schedule: compared as before
+    out = run(cli, "bench", "compare", str(a), str(b))
+    assert out.exit_code == 0 and "different experiments" not in out.output
+
+
+def test_unsent_and_cut_requests_are_not_counted_as_errors(cli: CliRunner, tmp_path: Path) -> None:
+    import dataclasses
+
+    from kvroute.report.bench_rows import RUN_HEADERS, error_lines, run_row
+
+    path = tmp_path / "a.json"
+    _small_result(cli, path)
+    run_ = load_result(path).runs[0]
+    # What Ctrl-C leaves: 2 answered, 1 failed, 1 cut on the wire, 26 never sent.
+    summary = dataclasses.replace(
+        run_.summary,
+        num_ok=2,
+        num_errors=2,
+        num_not_sent=26,
+        errors={"http_5xx": 1, "interrupted": 1},
+    )
+    row = dict(zip(RUN_HEADERS, run_row(dataclasses.replace(run_, summary=summary)), strict=True))
+    assert (row["ok"], row["errors"], row["unsent/cut"]) == ("2", "1", "27")
+    lines = error_lines(dataclasses.replace(run_, summary=summary))
+    assert lines == ["http_5xx 1", "not sent 26", "cut short by Ctrl-C 1"]

@@ -4,6 +4,7 @@ as ``kvroute analyze`` measures it."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 from kvroute.bench.export import analyze_workload, log_records
 from kvroute.bench.validate import check_answer
-from kvroute.bench.workloads.base import Api, StructuredKind
+from kvroute.bench.workloads.base import PROMPT_TOKENS_TOLERANCE, Api, StructuredKind
 from kvroute.bench.workloads.mix import parse_weights
 from kvroute.bench.workloads.registry import (
     generate,
@@ -55,11 +56,13 @@ def test_deterministic_exact_count_and_real_token_lengths(tok: ChatTokenizer, na
         assert r.depends_on is None or r.depends_on < r.index
 
 
-@pytest.mark.parametrize("target", [0.3, 0.6, 0.9])
-def test_rag_overlap_is_the_target(tok: ChatTokenizer, target: float) -> None:
-    assert overlap(tok, "rag", overlap=str(target), prompt_tokens="600") == pytest.approx(
-        target, abs=0.02
-    )
+@pytest.mark.parametrize(("target", "prompt_tokens"), [(0.3, 600), (0.6, 600), (0.9, 1600)])
+def test_rag_overlap_is_the_target(tok: ChatTokenizer, target: float, prompt_tokens: int) -> None:
+    # At 0.9 each request keeps ~10 % of its prompt: 600 tokens leave too little for its
+    # question and chunks (refused, see below), 1600 do.
+    assert overlap(
+        tok, "rag", overlap=str(target), prompt_tokens=str(prompt_tokens)
+    ) == pytest.approx(target, abs=0.02)
 
 
 @pytest.mark.parametrize("target", [0.2, 0.5])
@@ -221,3 +224,26 @@ def test_registry_and_parameters_list_valid_names() -> None:
     for name in workload_registry().names():
         assert all(p.doc for p in workload_params(name)), name
     assert "lookup" not in [p.name for p in workload_params("mix")]
+
+
+@pytest.mark.parametrize(
+    ("name", "prompt_tokens", "n"),
+    [("rag", 256, 50), ("rag", 1024, 8), ("json", 256, 8), ("json", 1024, 50)],
+)
+def test_prompt_tokens_is_the_mean_prompt_within_the_stated_tolerance(
+    tok: ChatTokenizer, name: str, prompt_tokens: int, n: int
+) -> None:
+    requests = generate(name, n, tok, seed=3, params={"prompt_tokens": str(prompt_tokens)})
+    mean = float(np.mean([r.prompt_tokens for r in requests]))
+    assert abs(mean / prompt_tokens - 1) <= PROMPT_TOKENS_TOLERANCE
+    default = {"rag": 0.6, "json": 0.3}[name]
+    assert analyze_workload(requests, tok).overlap.hit_ratio == pytest.approx(default, abs=0.02)
+
+
+def test_a_mean_too_short_for_the_overlap_is_refused_with_what_to_change(
+    tok: ChatTokenizer,
+) -> None:
+    with pytest.raises(
+        UsageError, match=re.escape("prompt_tokens=256 is too short for overlap 0.6 at -n 8")
+    ):
+        generate("rag", 8, tok, seed=3, params={"prompt_tokens": "256"})

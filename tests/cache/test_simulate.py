@@ -162,3 +162,13 @@ def test_sweep_grid_spans_largest_request_to_unique_tokens() -> None:
     grid = sweep_grid(prompt_tokens=1_000_000, reusable_tokens=600_000, largest_request_tokens=3000)
     assert grid[0] == 8192 and grid[-1] == 524_288 and len(grid) <= 10
     assert all(b > a for a, b in itertools.pairwise(grid))
+
+
+def test_sweep_grid_reaches_past_the_simulated_pool() -> None:
+    grid = sweep_grid(
+        prompt_tokens=200_000,
+        reusable_tokens=100_000,
+        largest_request_tokens=3000,
+        pool_tokens=448_000,
+    )
+    assert grid[-1] > 448_000 and grid[-1] == 524_288

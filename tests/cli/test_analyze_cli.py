@@ -101,7 +101,10 @@ def test_bad_record_exit_3_one_line_no_traceback(tmp_path: Path, sample: Path) -
     code, out, err = run(
         "analyze", str(bad), "--skip-invalid", "--workers", "1", "--json", str(tmp_path / "ok.json")
     )
-    assert code == 0 and "skipped 1 invalid" in out
+    assert code == 0 and "skipped 1 invalid record (line 4), e.g." in out
+    # simulate says the same, where the skipped records are
+    code, _, err = run("simulate", str(bad), "--skip-invalid", "--capacity-tokens", "8k")
+    assert code == 0 and "skipped 1 invalid record (line 4)" in err + _
     assert json.loads((tmp_path / "ok.json").read_text())["trace"]["num_skipped"] == 1
 
 
@@ -170,11 +173,21 @@ def _with_model(sample: Path, out: Path, model: str) -> Path:
 
 def test_warns_once_when_the_trace_is_for_another_model(tmp_path: Path, sample: Path) -> None:
     trace = _with_model(sample, tmp_path / "gpt.jsonl", "gpt-4o")
-    code, out, err = run("analyze", str(trace), "--json", "-", "-q", "--workers", "1")
+    html = tmp_path / "a.html"
+    code, out, err = run(
+        "analyze", str(trace), "--json", "-", "--html", str(html), "-q", "--workers", "1"
+    )
     assert code == 0 and json.loads(out)["trace"]["models"] == {"gpt-4o": 20}
     (line,) = err.splitlines()
     assert line.startswith("warning: token counts come from tokenizer SmolLM2-135M-Instruct")
     assert "gpt-4o (20 requests)" in line and "--tokenizer PATH" in line
+    # The same warning travels with the results, not only on stderr.
+    assert json.loads(out)["trace"]["tokenizer_warning"] == line.removeprefix("warning: ")
+    assert "Wrong tokenizer?" in html.read_text() and "gpt-4o (20 requests)" in html.read_text()
+    code, out, err = run("simulate", str(trace), "--json", "-", "--capacity-tokens", "64k")
+    assert code == 0, err
+    assert "gpt-4o (20 requests)" in json.loads(out)["trace"]["tokenizer_warning"]
+    assert "warning: token counts come from tokenizer" in err
 
 
 def test_no_model_warning_when_names_match_or_nothing_is_tokenized(

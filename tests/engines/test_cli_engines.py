@@ -73,3 +73,31 @@ def test_unknown_engine_is_a_usage_error_naming_the_valid_ones(tmp_path: Path) -
     )
     assert isinstance(result.exception, UsageError)
     assert "valid: llamacpp, vllm" in str(result.exception)
+
+
+def test_progress_without_a_terminal_is_a_line_per_change_and_every_15_s() -> None:
+    import io
+
+    from rich.console import Console
+
+    from kvroute.cli.engines import _ProgressLines
+    from kvroute.engines.base import Health, HealthState
+    from kvroute.engines.local import StartProgress
+    from kvroute.engines.state import EngineRecord
+
+    rec = EngineRecord("vllm", 8001, "http://127.0.0.1:8001", "m", 1, 1, 0.0, "/l", ())
+    out = io.StringIO()
+    lines = _ProgressLines(Console(file=out, width=200))
+    for t, state in [
+        (0, HealthState.UNREACHABLE),
+        (5, HealthState.UNREACHABLE),
+        (16, HealthState.UNREACHABLE),
+        (20, HealthState.UNREACHABLE),
+        (64, HealthState.READY),
+    ]:
+        lines([StartProgress(rec, float(t), Health(state))])
+    assert out.getvalue().splitlines() == [
+        "vllm-8001: unreachable after 0s",
+        "vllm-8001: unreachable after 16s",
+        "vllm-8001: ready after 1m04s",
+    ]

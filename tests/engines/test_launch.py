@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kvroute.cli.engines import plan_line
 from kvroute.engines.launch import (
     LaunchOptions,
     LlamaCppLauncher,
@@ -13,6 +14,7 @@ from kvroute.engines.launch import (
     cpu_has_native_bf16,
     cpu_list,
     launcher_registry,
+    plan_cpus,
     split_cpus,
 )
 from kvroute.errors import EngineError, UsageError
@@ -112,7 +114,19 @@ def test_cpu_list_and_split() -> None:
     assert split_cpus([0, 1], 1) == [[0, 1]]
     assert split_cpus([0, 1], 2) == [[0], [1]]
     assert split_cpus([0, 1, 2, 3], 2) == [[0, 1], [2, 3]]
-    assert split_cpus([0, 1], 3) == [[0, 1], [0, 1], [0, 1]]
+    assert split_cpus([0, 1], 3) == [[0], [1], [0]]
+
+
+def test_threads_default_to_cpus_over_replicas_and_oversubscription_is_named() -> None:
+    three = plan_cpus([0, 1], 3, None)
+    assert (three.threads, three.cpu_sets) == (1, [[0], [1], [0]])
+    assert three.oversubscribed  # three single-threaded replicas still share two cores
+    assert "3 replicas × 1 thread on 2 CPUs: 3 compute threads" in plan_line(three)
+    two = plan_cpus([0, 1, 2, 3], 2, None)
+    assert (two.threads, two.oversubscribed) == (2, False)
+    assert plan_line(two) == "2 replicas × 2 threads on 4 CPUs"
+    forced = plan_cpus([0, 1], 2, 2)  # --threads 2 on one core each
+    assert forced.oversubscribed and "4 compute threads on 2 CPUs" in plan_line(forced)
 
 
 def test_bf16_detection_reads_cpu_flags(tmp_path: Path) -> None:

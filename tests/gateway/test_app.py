@@ -241,3 +241,25 @@ def test_graceful_stop_lets_streams_finish(loop_thread: LoopThread, fake: FakeUp
     assert cut == 0
     assert out[0].endswith("data: [DONE]\n\n")
     assert [json.loads(e[6:]) for e in out[0].split("\n\n") if e.startswith("data: {")][-1]
+
+
+def test_requests_total_counts_completions_not_scrapes_or_pages(
+    loop_thread: LoopThread, fake: FakeUpstream
+) -> None:
+    config = f"backends: [{{name: b0, url: '{fake.url}', engine: vllm}}]\n"
+    with running_gateway(loop_thread, config) as gw, httpx.Client(base_url=gw.url) as client:
+        assert client.post("/v1/chat/completions", json=CHAT).status_code == 200
+        for path in ("/v1/models", "/kvroute/status", "/metrics", "/health"):
+            client.get(path)
+        metrics = client.get("/metrics").text
+    counted = [line for line in metrics.splitlines() if line.startswith("kvroute:requests_total{")]
+    assert len(counted) == 1 and 'backend="b0"' in counted[0] and counted[0].endswith(" 1")
+
+
+def test_the_root_says_what_the_gateway_is(loop_thread: LoopThread, fake: FakeUpstream) -> None:
+    with running_gateway(loop_thread, keyed_config(fake.url)) as gw:
+        page = httpx.get(f"{gw.url}/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "kvroute gateway" in page.text and "/kvroute/status" in page.text
+        assert fake.url not in page.text and "sk-" not in page.text  # open: nothing secret
+        assert httpx.post(f"{gw.url}/").status_code == 405

@@ -8,8 +8,9 @@ from click.testing import CliRunner
 from kvroute.cli.main import build_cli
 from kvroute.cli.serve import serve_cmd
 from kvroute.engines.state import EngineRecord
-from kvroute.errors import UsageError
+from kvroute.errors import InputError, UsageError
 from kvroute.gateway.auth import hash_key
+from kvroute.gateway.cache_view import CacheViewConfig
 from kvroute.gateway.config import ListenerConfig
 from kvroute.gateway.zeroconfig import config_from_records
 
@@ -24,20 +25,69 @@ def test_check_validates_and_summarises(tmp_path: Path) -> None:
     path.write_text("backends: [{name: a, url: 'http://127.0.0.1:1', engine: vllm}]\n")
     result = CliRunner().invoke(serve_cmd, ["--config", str(path), "--check"])
     assert result.exit_code == 0
-    assert "ok: 1 backends, 1 routes, 0 keys, listening on 127.0.0.1:8000" in result.output
+    assert "ok: 1 backend, 1 route, 0 keys, listening on 127.0.0.1:8000" in result.output
 
 
-def record(port: int) -> EngineRecord:
-    return EngineRecord("llamacpp", port, f"http://127.0.0.1:{port}", "Smol", 1, 1, 0.0, "/l", ())
+def record(port: int, engine: str = "llamacpp", argv: tuple[str, ...] = ()) -> EngineRecord:
+    return EngineRecord(engine, port, f"http://127.0.0.1:{port}", "Smol", 1, 1, 0.0, "/l", argv)
 
 
 def test_zero_config_fronts_recorded_engines() -> None:
     config = config_from_records([record(1), record(2)], ListenerConfig(), "state")
-    assert [(b.name, b.url, b.models) for b in config.backends] == [
-        ("llamacpp-1", "http://127.0.0.1:1", ("Smol",)),
-        ("llamacpp-2", "http://127.0.0.1:2", ("Smol",)),
+    assert [(b.name, b.url, b.models, b.pool) for b in config.backends] == [
+        ("llamacpp-1", "http://127.0.0.1:1", ("Smol",), "llamacpp"),
+        ("llamacpp-2", "http://127.0.0.1:2", ("Smol",), "llamacpp"),
     ]
-    assert config.routes[0].policy == "least_outstanding"
+    # Sessions stay where their prefix is cached.
+    assert [(r.pool, r.policy, r.models) for r in config.routes] == [
+        ("llamacpp", "cache_aware", ())
+    ]
+
+
+def test_zero_config_keeps_one_engine_kind_per_pool_and_their_cache_settings() -> None:
+    llama = ("llama-server", "--parallel", "2", "--ctx-size", "8192", "--cache-ram", "0")
+    vllm = ("python", "-m", "vllm", "--block-size", "32", "--max-num-seqs", "4")
+    records = [record(1, "llamacpp", llama), record(2, "vllm", vllm), record(3, "vllm", vllm)]
+    config = config_from_records(records, ListenerConfig(), "state")
+    assert {b.name: b.pool for b in config.backends} == {
+        "llamacpp-1": "llamacpp",
+        "vllm-2": "vllm",
+        "vllm-3": "vllm",
+    }
+    cache = {b.name: b.cache for b in config.backends}
+    assert cache["vllm-2"].block_size_tokens == 32
+    assert (cache["llamacpp-1"].slots, cache["llamacpp-1"].capacity_tokens) == (2, 8192)
+    assert cache["llamacpp-1"].cache_ram_mib == 0
+    # MODEL@KIND picks a kind; the rest goes to the kind with more replicas.
+    routes = [(r.models, r.pool, r.upstream_model, r.policy) for r in config.routes]
+    assert routes == [
+        (("Smol@llamacpp",), "llamacpp", "Smol", "cache_aware"),
+        (("Smol@vllm",), "vllm", "Smol", "cache_aware"),
+        ((), "vllm", None, "cache_aware"),  # one model: any name a client asks for
+    ]
+    mixed = config_from_records(records, ListenerConfig(), "state", mixed=True)
+    assert {b.pool for b in mixed.backends} == {"default"}
+    assert [(r.pool, r.policy) for r in mixed.routes] == [("default", "cache_aware")]
+
+
+def test_the_cache_view_models_vllm_at_its_configured_block_size(tmp_path: Path) -> None:
+    from kvroute.gateway.cache_view import BackendCacheView
+    from kvroute.gateway.config import load_config
+
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        "backends: [{name: v, url: 'http://127.0.0.1:1', engine: vllm,"
+        " cache: {block_size_tokens: 32}}]\n"
+    )
+    cache = load_config(path).backends[0].cache
+    assert BackendCacheView("vllm", cache).model.unit_tokens == 32
+    assert BackendCacheView("vllm", CacheViewConfig()).model.unit_tokens == 16
+    path.write_text(
+        "backends: [{name: v, url: 'http://127.0.0.1:1', engine: vllm,"
+        " cache: {block_size_tokens: 0}}]\n"
+    )
+    with pytest.raises(InputError, match="block_size_tokens"):
+        load_config(path)
 
 
 def test_zero_config_without_engines_says_how_to_start_some() -> None:

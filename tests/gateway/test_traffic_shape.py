@@ -186,7 +186,7 @@ def test_status_page_through_the_gateway(
     assert data["window"]["num_requests"] == 12 and data["window"]["num_tokenized"] == 12
     assert data["prefix_overlap"] > 0.75  # 11 of 12 prompts repeat a ~500-token system prompt
     assert data["band"] == "radix_pays" and data["class_shares"] == {"chat": 1.0}
-    assert set(data["backends"]) <= {"f1", "f2"}
+    assert set(data["backends"]) == {"f1", "f2"}  # an idle one is listed too
     assert page.headers["content-type"].startswith("text/html")
     assert "Live traffic shape" in page.text and "radix_pays" in page.text
     assert 'kvroute:traffic_overlap_band{band="radix_pays"} 1' in metrics
@@ -242,7 +242,21 @@ def test_overlap_from_capture_without_a_cache_aware_route(
 def test_status_numbers_of_an_idle_window() -> None:
     t = TrafficShape(TrafficConfig(window_s=10))
     feed(t, 0, prompt(1))
-    assert status(t, 100)["window"]["num_requests"] == 0  # aged out on read
+    data = status(t, 100, ["b1"])
+    assert data["window"]["num_requests"] == 0  # aged out on read
+    assert data["backends"]["b1"]["requests"] == 0  # idle, but listed
+    page = status_html(data).decode()
+    assert "<td>b1</td><td>0</td>" in page and "http-equiv=refresh" in page
+
+
+def test_the_page_says_a_band_is_settling_rather_than_none() -> None:
+    t = TrafficShape(TrafficConfig(min_requests=2, band_hold_s=600))
+    for i in range(4):
+        feed(t, float(i), prompt(1))
+    data = status(t, 4.0)
+    assert data["band"] is None and data["band_now"] is not None
+    page = status_html(data).decode()
+    assert f"settling on {data['band_now']}" in page and "Band: none" not in page
 
 
 # -- real llama-server replicas ----------------------------------------------------------

@@ -118,3 +118,12 @@ def test_tick_labels_stay_distinct_for_offset_ranges() -> None:
     labels = tick_labels([1_000_001, 1_000_002, 1_000_003])
     assert len(set(labels)) == 3
     assert tick_labels([0.0, 0.25, 0.5], percent=True) == ("0 %", "25 %", "50 %")
+
+
+def test_heavy_tails_want_a_log_axis_unless_a_value_is_zero() -> None:
+    from kvroute.report.axes import wants_log
+
+    assert wants_log([0.05, 0.06, 0.07, 0.08, 9.0])  # max 150x the median
+    assert not wants_log([0.05, 0.06, 0.07, 0.08, 0.5])
+    assert not wants_log([0.0, 0.06, 0.07, 9.0])  # a log axis would drop the zero
+    assert not wants_log([])

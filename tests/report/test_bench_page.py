@@ -79,7 +79,7 @@ def test_bench_page_has_cdfs_sweep_and_cache_split() -> None:
     assert len(charts) >= 7
     for svg in charts:
         ET.fromstring(svg)
-    assert "llama · rate=2/s · hit" in html and "vllm · rate=4/s · miss" in html
+    assert "llama · rate=2/s · hit (10 requests)" in html and "vllm · rate=4/s · miss (" in html
 
 
 def test_compare_page_pairs_runs() -> None:
@@ -106,7 +106,7 @@ def test_an_interrupted_result_is_marked_at_the_top_of_its_page() -> None:
     mark = body.index("Interrupted by Ctrl-C")
     assert mark < body.index("<table") and mark < body.index("<svg")
     assert "3 finished run(s) and 1 cut short" in body
-    assert body.count("rate=4/s (interrupted)") == 1  # the cut run, in the run table
+    assert body.count("rate=4/s (interrupted)") == 2  # the cut run, in both summary tables
     assert "nterrupted" not in render_page(bench_page(result(0.2), NOW))
 
 
@@ -127,3 +127,20 @@ def test_console_summary_of_an_interrupted_result_says_so_first() -> None:
     assert "3 finished run(s) and 1 cut short" in text.splitlines()[0]
     assert "rate=4/s (interrupted)" in text
     assert "nterrupt" not in summary(result(0.2)).lower()
+
+
+def test_the_page_leads_with_its_conclusion_and_splits_the_summary_to_fit() -> None:
+    res = result(0.2)
+    faster = replace(res.runs[2], summary=replace(res.runs[2].summary, ttft_s=stat([0.1])))
+    res = replace(res, runs=[res.runs[0], res.runs[1], faster, res.runs[3]])
+    body = render_page(bench_page(res, NOW))
+    assert "Lowest TTFT p50 at each load" in body
+    assert "rate=2/s: vllm vs llama TTFT p50 -66 %" in body  # 0.1 s against 0.295 s
+    # Two summary tables of at most 11 columns each, not one that scrolls sideways.
+    tables = re.findall(r"<table>.*?</table>", body, flags=re.S)
+    heads = [t.count('scope="col"') for t in tables[:2]]
+    assert all(n <= 11 for n in heads) and "JSON valid" not in tables[1]  # nothing structured
+    assert "did not run alike" not in body  # same model, same cache state
+    cold_warm = replace(res.runs[2], endpoint=replace(res.runs[2].endpoint, cache_state="warm"))
+    body = render_page(bench_page(replace(res, runs=[res.runs[0], cold_warm]), NOW))
+    assert "The endpoints did not run alike" in body and "llama cold, vllm warm" in body

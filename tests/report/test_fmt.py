@@ -171,3 +171,23 @@ def test_capacity_prefers_the_short_form(base: int, power: int, mantissa: int) -
     """A size that has a short exact form (125Ki) is never written in full (128k here)."""
     text = fmt.capacity(mantissa * base**power)
     assert "," not in text and len(text.rstrip("kMGTi")) <= 4, text
+
+
+def test_relative_changes_share_one_precision_style() -> None:
+    from kvroute.report.fmt import relative
+
+    assert [relative(x) for x in (-0.883, 0.046, 0.0004, -0.00049, 1.5)] == [
+        "-88 %",
+        "+4.6 %",
+        "±0 %",
+        "±0 %",
+        "+150 %",
+    ]
+    assert relative(float("nan")) == "n/a"
+
+
+def test_unknown_is_n_a_never_zero() -> None:
+    from kvroute.report.fmt import percent, tokens
+
+    assert percent(None) == "n/a" and tokens(None) == "n/a"
+    assert percent(0.0) == "0.0 %" and tokens(0) == "0"

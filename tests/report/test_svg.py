@@ -267,7 +267,7 @@ def test_horizontal_bars_print_values() -> None:
 
 def test_bar_tooltips_name_category_series_and_value() -> None:
     tips = tooltips(CHARTS["bar grouped horizontal percent"]())
-    assert "a · one: 10 %" in tips
+    assert "a · one: 10.0 %" in tips  # the tables' precision (fmt.percent)
 
 
 def test_long_vertical_labels_are_truncated_thinned_and_keep_full_text_on_hover() -> None:
@@ -315,3 +315,20 @@ def test_dense_series_stay_small() -> None:
     )
     parse(svg)
     assert len(svg) < 150_000
+
+
+def test_a_series_lying_under_a_later_one_is_drawn_wider_so_it_stays_visible() -> None:
+    same = [1.0, 2.0, 3.0]
+    svg = line_chart(
+        [Series("vllm", same, same), Series("sglang", same, same)],
+        title="t",
+        x_label="x",
+        y_label="y",
+    )
+    widths = [
+        float(w)
+        for w in re.findall(
+            r'<path d="[^"]*" fill="none" stroke="[^"]*" stroke-width="([0-9.]+)"', svg
+        )
+    ]
+    assert len(widths) == 2 and widths[0] > widths[1]

@@ -272,3 +272,18 @@ def test_unusable_kvroute_header_is_fatal_even_with_skip_invalid(
         assert (err.value.line, err.value.field) == (1, field)
         assert err.value.hint is not None and "--skip-invalid" not in err.value.hint
         assert stats.num_read == 0
+
+
+def test_a_wrong_format_gets_the_format_hint_not_the_skip_hint(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "mc.jsonl",
+        [{"timestamp": i, "input_length": 5, "hash_ids": [1]} for i in range(3)],
+    )
+    with pytest.raises(InputError) as err:
+        list(read_trace(path, "openai"))
+    hint = err.value.hint or ""
+    assert "looks like a mooncake trace: drop --format openai" in hint
+    assert "--skip-invalid" not in hint
+    with pytest.raises(EmptyTraceError) as empty:  # skipping every record says why too
+        list(read_trace(path, "openai", skip_invalid=True))
+    assert "looks like a mooncake trace" in (empty.value.hint or "")

@@ -45,6 +45,8 @@ class TraceInfo:
     tokenizer: str | None
     block_size_tokens: int
     models: dict[str, int]
+    tokenizer_warning: str | None = None
+    """Set when ``models`` name models the tokenizer does not plausibly belong to."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,7 +140,9 @@ def _log_hist(values: npt.NDArray[np.float64]) -> tuple[list[float], list[int]]:
         return [], []
     lo = np.floor(np.log10(pos.min()))
     hi = np.ceil(np.log10(pos.max())) + (1 if pos.min() == pos.max() else 0)
-    edges = np.logspace(lo, hi, int(hi - lo) * 3 + 1)
+    # 1-2-5 in each decade: round edges a reader can name (not 10^(1/3) = 2.15...).
+    decades = np.arange(int(lo), int(hi))
+    edges = np.append(np.outer(10.0**decades, (1.0, 2.0, 5.0)).ravel(), 10.0**hi)
     counts, _ = np.histogram(pos, bins=edges)
     return [float(e) for e in edges], [int(c) for c in counts]
 

@@ -32,6 +32,7 @@ from kvroute.analyze.shape import ShapeResult, shape_of
 from kvroute.analyze.verdict import verdict_for
 from kvroute.errors import EmptyTraceError
 from kvroute.stats import describe
+from kvroute.trace.model_names import tokenizer_warning
 from kvroute.trace.records import Request
 
 Progress = Callable[[int], None]
@@ -112,6 +113,9 @@ def analyze_requests(
             tokenizer=tokenizer_name if mode is Granularity.TOKEN else None,
             block_size_tokens=bs,
             models=cols.models,
+            tokenizer_warning=tokenizer_warning(
+                tokenizer_name if mode is Granularity.TOKEN else None, cols.models
+            ),
         ),
         overlap=overlap,
         groups=groups_res,

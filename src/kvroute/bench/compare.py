@@ -159,6 +159,29 @@ def _groups(result: BenchResult) -> dict[tuple[str, str], list[Run]]:
     return out
 
 
+def mismatches(a: BenchResult, b: BenchResult) -> list[str]:
+    """What makes ``a`` and ``b`` different experiments rather than two engines on one:
+    a different workload, parameters, seed, request count, tokenizer or schedule (load
+    steps). Empty when the same requests went out on the same schedule."""
+    wa, wb = a.workload, b.workload
+    out = [
+        f"{what} {va!r} vs {vb!r}"
+        for what, va, vb in (
+            ("workload", wa.name, wb.name),
+            ("parameters", wa.params, wb.params),
+            ("seed", wa.seed, wb.seed),
+            ("requests", wa.num_requests, wb.num_requests),
+            ("tokenizer", wa.tokenizer, wb.tokenizer),
+        )
+        if va != vb
+    ]
+    loads_a = sorted({r.load.label for r in a.runs})
+    loads_b = sorted({r.load.label for r in b.runs})
+    if loads_a != loads_b:
+        out.append(f"schedule {', '.join(loads_a) or 'none'} vs {', '.join(loads_b) or 'none'}")
+    return out
+
+
 def compare(a: BenchResult, b: BenchResult, *, seed: int = 0, num_boot: int = 1000) -> list[Pair]:
     """Every pairable run of ``a`` against ``b`` (see the module docstring)."""
     ga, gb = _groups(a), _groups(b)

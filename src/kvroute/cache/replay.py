@@ -52,6 +52,8 @@ class ReplayOutcome:
     admitted: npt.NDArray[np.bool_]
     wait_s: npt.NDArray[np.float64]
     """Seconds from arrival to start (NaN when rejected or sequential)."""
+    end_s: npt.NDArray[np.float64]
+    """When it finished, on the arrivals' clock (NaN when rejected or sequential)."""
     peak_pinned_tokens: int
     peak_running: int
     final_usage: CacheUsage
@@ -151,6 +153,7 @@ def replay(
         cached_tokens=np.array(out.cached, dtype=np.int64),
         admitted=np.array(out.admitted, dtype=bool),
         wait_s=np.array(out.wait_s, dtype=np.float64),
+        end_s=np.array(out.end_s, dtype=np.float64),
         peak_pinned_tokens=stats.peak_pinned_tokens,
         peak_running=peak_running,
         final_usage=model.usage(),
@@ -167,6 +170,7 @@ class _PerRequest:
         self.cached = [0] * n
         self.admitted = [False] * n
         self.wait_s = [math.nan] * n
+        self.end_s = [math.nan] * n
 
 
 def _sequential(model: PrefixCache, seqs: Iterator[tuple[int, SeqPair]], out: _PerRequest) -> int:
@@ -198,6 +202,7 @@ def _timed(
     run_s: list[float] = schedule.trace_run_s.tolist()
     outputs = schedule.output_tokens
     prompt_tokens, cached, admitted, wait = out.prompt_tokens, out.cached, out.admitted, out.wait_s
+    end = out.end_s
     waiting: deque[int] = deque()
     pairs: dict[int, SeqPair] = {}
     running: dict[int, CacheSeq] = {}
@@ -222,6 +227,7 @@ def _timed(
         run = run_s[rid]
         if isnan(run):  # no trace time: use the service model
             run = service_s(pair.prompt.num_tokens - hit, outputs[rid], timing)
+        end[rid] = now + run
         heappush(heap, (now + run, rid))
         running[rid] = pair.final
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from kvroute.cache.capacity import Capacity
 from kvroute.cache.compare import CachedTokensComparison
+from kvroute.cache.saturation import Saturation
 from kvroute.stats import Distribution
 from kvroute.types import JSONValue
 
@@ -29,6 +30,8 @@ class TraceSummary:
     """The trace's block size for hash-only traces, ``None`` for token traces."""
     prompt_tokens: int
     num_outputs_known: int
+    tokenizer_warning: str | None = None
+    """Set when the requests name models the tokenizer does not plausibly belong to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,8 @@ class EngineRun:
     peak_pinned_bytes: int | None
     peak_running: int
     wait_s: Distribution
+    saturation: Saturation | None
+    """Whether it kept up with the arrivals (None: sequential replay or too few requests)."""
     counters: dict[str, int]
     vs_reported: CachedTokensComparison | None
     """Against the engine-reported cached tokens of the trace, when it has them."""

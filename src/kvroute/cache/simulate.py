@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -29,10 +30,12 @@ from kvroute.cache.result import (
     SimulationResult,
     TraceSummary,
 )
+from kvroute.cache.saturation import judge_saturation
 from kvroute.cache.seq import final_tokens, trace_block_size
-from kvroute.cache.timing import ArrivalSource, Schedule, TimingOptions, plan
+from kvroute.cache.timing import ArrivalSource, FloatArray, Schedule, TimingOptions, plan
 from kvroute.errors import EmptyTraceError
 from kvroute.stats import describe
+from kvroute.trace.model_names import tokenizer_warning
 from kvroute.trace.records import Request
 from kvroute.types import JSONValue
 
@@ -95,12 +98,21 @@ def simulate(
             progress(f"{name} at {_cap_text(capacity.tokens)} tokens")
         model = factory(geometry)
         outcome = replay(requests, model, schedule, opts.timing, cache_outputs=opts.cache_outputs)
-        runs.append(_engine_run(outcome, _settings_of(opts.settings, name), capacity, reported))
+        runs.append(
+            _engine_run(
+                outcome, _settings_of(opts.settings, name), capacity, reported, schedule.arrival_s
+            )
+        )
     grid = list(opts.sweep_capacities)
     if not grid and opts.auto_sweep:
         total = sum(_prompt_len(r) for r in requests)
         reusable = ideal.reusable_tokens if ideal is not None else 0
-        grid = sweep_grid(total, reusable, largest_request_tokens(requests, schedule.output_tokens))
+        grid = sweep_grid(
+            total,
+            reusable,
+            largest_request_tokens(requests, schedule.output_tokens),
+            pool_tokens=capacity.tokens,
+        )
     curves = _sweep(requests, factories, grid, block, capacity, schedule, opts, progress)
     if (
         ideal is not None
@@ -173,6 +185,10 @@ def _trace_summary(
         block_size_tokens=block,
         prompt_tokens=int(sum(_prompt_len(r) for r in requests)),
         num_outputs_known=sum(r.output_len is not None for r in requests),
+        tokenizer_warning=tokenizer_warning(
+            source.tokenizer if block is None else None,
+            dict(Counter(r.model for r in requests if r.model)),
+        ),
     )
 
 
@@ -212,6 +228,7 @@ def _engine_run(
     settings: dict[str, JSONValue],
     capacity: Capacity,
     reported: list[int | None],
+    arrival_s: FloatArray | None,
 ) -> EngineRun:
     prompt = int(o.prompt_tokens.sum())
     cached = int(o.cached_tokens.sum())
@@ -244,6 +261,7 @@ def _engine_run(
         peak_pinned_bytes=None if bpt is None else o.peak_pinned_tokens * bpt,
         peak_running=o.peak_running,
         wait_s=describe(o.wait_s[np.isfinite(o.wait_s)], log_bins=False),
+        saturation=None if arrival_s is None else judge_saturation(arrival_s, o.wait_s, o.end_s),
         counters=dict(o.stats.extra),
         vs_reported=compare_cached_tokens(
             o.cached_tokens.tolist(),
@@ -302,12 +320,20 @@ def _notes(
     return notes
 
 
-def sweep_grid(prompt_tokens: int, reusable_tokens: int, largest_request_tokens: int) -> list[int]:
+def sweep_grid(
+    prompt_tokens: int,
+    reusable_tokens: int,
+    largest_request_tokens: int,
+    *,
+    pool_tokens: int | None = None,
+) -> list[int]:
     """Capacities for a sweep: powers of two from twice the largest request up to the
-    trace's unique prompt tokens (where an LRU cache stops evicting prompts)."""
+    trace's unique prompt tokens (where an LRU cache stops evicting prompts), and at
+    least one past ``pool_tokens`` (the simulated pool), so the curve shows where that
+    pool sits on it."""
     unique = max(prompt_tokens - reusable_tokens, 1)
     lo = 1 << max(int(np.ceil(np.log2(max(2 * largest_request_tokens, 256)))), 0)
-    hi = 1 << int(np.ceil(np.log2(max(unique, lo))))
+    hi = 1 << int(np.ceil(np.log2(max(unique, lo, (pool_tokens or 0) + 1))))
     grid = []
     c = lo
     while c <= hi:

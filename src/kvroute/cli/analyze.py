@@ -11,9 +11,9 @@ from pathlib import Path
 import click
 import orjson
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from kvroute.analyze.model_names import mismatched_models
 from kvroute.analyze.result import AnalysisResult
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
 from kvroute.cli.console import make_console
@@ -127,20 +127,14 @@ def analyze_cmd(
             workers=workers,
             console=console if not quiet else None,
         )
-        problem = (
-            stats.first_problems[0].replace(str(source.path), source.name)
-            if stats.first_problems
-            else ""
-        )
+        skipped = stats.skipped_text(str(source.path), source.name)
     _warn_tokenizer_mismatch(result)
     if not quiet:
         from kvroute.report.analyze_console import render_console
 
         render_console(result, console, show_text=not no_text)
-        if stats.num_skipped:
-            console.print(
-                f"[yellow]skipped {stats.num_skipped:,} invalid records[/], e.g. {problem}"
-            )
+        if skipped is not None:
+            console.print(f"[yellow]{escape(skipped)}[/]")
     if json_path is not None:
         data = orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
         emit(json_path, data)
@@ -156,22 +150,10 @@ def analyze_cmd(
 
 def _warn_tokenizer_mismatch(result: AnalysisResult) -> None:
     """One line on stderr when the trace's requests name models the tokenizer does not
-    plausibly belong to: its token counts are then not the engine's."""
-    tokenizer = result.trace.tokenizer
-    if tokenizer is None:  # hash-only or pre-tokenized: nothing was tokenized here
-        return
-    other = mismatched_models(tokenizer, result.trace.models)
-    if not other:
-        return
-    named = ", ".join(f"{m} ({n:,} requests)" for m, n in list(other.items())[:3])
-    more = f" and {len(other) - 3} more" if len(other) > 3 else ""
-    click.secho(
-        f"warning: token counts come from tokenizer {tokenizer}, but the trace's requests "
-        f"are for {named}{more}; pass the model's tokenizer with --tokenizer PATH "
-        "(a .gguf file or a Hugging Face tokenizer directory)",
-        fg="yellow",
-        err=True,
-    )
+    plausibly belong to (the JSON and HTML carry the same warning)."""
+    warning = result.trace.tokenizer_warning
+    if warning is not None:
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
 
 
 def _analyze(

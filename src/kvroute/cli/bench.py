@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+from click.core import ParameterSource
 
 from kvroute.cli.console import make_console
 from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, parse_pairs
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
 
     from kvroute.bench.result import BenchResult
     from kvroute.bench.schedule import CancelSpec, Load
+
+DEFAULT_JSON = Path("bench.json")
 
 
 def _cancel(spec: str | None) -> CancelSpec | None:
@@ -182,10 +185,12 @@ def _loads(
     "--json",
     "json_path",
     type=click.Path(path_type=Path, dir_okay=False),
-    default=Path("bench.json"),
+    default=DEFAULT_JSON,
     show_default=True,
-    help="Where to write the result (schema kvroute.bench/1); '-' for stdout.",
+    help="Where to write the result (schema kvroute.bench/1); '-' for stdout. The default "
+    "file is never overwritten without --force.",
 )
+@click.option("--force", is_flag=True, help="Overwrite ./bench.json when it exists.")
 @click.option(
     "--html",
     "html_path",
@@ -223,6 +228,7 @@ def bench_group(
     repeats: int,
     no_overlap_check: bool,
     json_path: Path,
+    force: bool,
     html_path: Path | None,
     quiet: bool,
 ) -> None:
@@ -256,6 +262,8 @@ def bench_group(
         )
     parsed = [Endpoint.parse(e) for e in endpoints]
     check_outputs({"--json": json_path, "--html": html_path})
+    if ctx.get_parameter_source("json_path") is ParameterSource.DEFAULT:
+        refuse_default_overwrite(json_path, force)
     options = RunOptions(
         loads=_loads(rate, concurrency, trace_times, arrival, burstiness, ramp_up, think),
         cache=CacheMode(cache_mode),
@@ -304,6 +312,16 @@ def bench_group(
         if html_path != STDOUT and not quiet:
             console.print(f"wrote {html_path}")
     _after_writing(result, json_path, html_path, console)
+
+
+def refuse_default_overwrite(path: Path, force: bool) -> None:
+    """The default output is not a path the user chose: an earlier run's result there is
+    theirs to keep, so it is replaced only when asked (--force) or another path is given."""
+    if path.exists() and not force:
+        raise UsageError(
+            f"{path} exists (an earlier bench result); not overwriting it",
+            hint=f"pass --json NEW.json to keep both, or --force to overwrite {path}",
+        )
 
 
 def _after_writing(

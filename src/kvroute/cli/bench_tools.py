@@ -11,6 +11,7 @@ import orjson
 
 from kvroute.cli.console import make_console
 from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, parse_pairs, writes_stdout
+from kvroute.errors import UsageError
 
 
 @click.command("compare")
@@ -29,21 +30,41 @@ from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, parse_pair
     help="Write the differences as JSON; '-' for stdout.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Compare even when the workloads, seeds or schedules differ (with a warning).",
+)
 def compare_cmd(
-    a: Path, b: Path, html_path: Path | None, json_path: Path | None, seed: int
+    a: Path, b: Path, html_path: Path | None, json_path: Path | None, seed: int, force: bool
 ) -> None:
     """Tabulate and chart the differences between two bench results A and B, with the
-    noise each difference is judged against."""
+    noise each difference is judged against. A and B must have sent the same requests on
+    the same schedule (same workload, parameters, seed and loads): otherwise a
+    difference says nothing about the engines, and the comparison is refused."""
     from rich.markup import escape
 
-    from kvroute.bench.compare import compare
+    from kvroute.bench.compare import compare, mismatches
     from kvroute.bench.result import load_result
     from kvroute.report.bench_console import interrupted_text, render_comparison
 
     check_outputs({"--json": json_path, "--html": html_path}, inputs=[a, b])
     ra, rb = load_result(a), load_result(b)
+    differ = mismatches(ra, rb)
+    if differ and not force:
+        raise UsageError(
+            f"{a} and {b} are different experiments ({'; '.join(differ)}): their "
+            "differences would not be the engines'",
+            hint="rerun one with the other's workload, -p, --seed, -n and load, "
+            "or pass --force to compare anyway",
+        )
     pairs = compare(ra, rb, seed=seed)
     console = make_console(stderr=writes_stdout(json_path, html_path))
+    if differ:
+        console.print(
+            f"[bold red]warning: A and B are different experiments[/] ({escape('; '.join(differ))}): "
+            "the differences below mix the engines with the workloads"
+        )
     for name, path, loaded in (("A", a, ra), ("B", b, rb)):
         note = interrupted_text(loaded)
         if note is not None:

@@ -9,22 +9,31 @@ code by the main command. Progress goes to stderr; URLs and YAML to stdout, so
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 import click
 import httpx
+from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from kvroute.cli.console import make_console
-from kvroute.engines.launch import LaunchOptions
-from kvroute.engines.local import EngineState, LocalEngines, StartProgress, tail_log
+from kvroute.engines.launch import CpuPlan, LaunchOptions, plan_cpus
+from kvroute.engines.local import (
+    EngineState,
+    LocalEngines,
+    StartProgress,
+    available_cpus,
+    tail_log,
+)
 from kvroute.engines.process import StopOutcome
 from kvroute.engines.registry import make_adapter
 from kvroute.engines.snippet import backends_yaml
 from kvroute.engines.state import EngineRecord, StateDir, default_state_dir
+from kvroute.report.fmt import plural
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -84,7 +93,7 @@ def engines_group() -> None:
     "--threads",
     type=click.IntRange(min=1),
     default=None,
-    help="Compute threads per replica [default: its share of the CPUs].",
+    help="Compute threads per replica [default: CPUs ÷ replicas, at least 1].",
 )
 @click.option(
     "--model",
@@ -129,22 +138,34 @@ def up_command(
         vllm_enforce_eager=enforce_eager,
     )
     err = make_console(stderr=True)
+    plan = plan_cpus(available_cpus(), replicas, threads)
+    if plan.oversubscribed:
+        err.print(f"[yellow]warning: {plan_line(plan)}[/]")
+    else:
+        err.print(f"starting {engine}: {plan_line(plan)}")
 
     async def run() -> list[EngineRecord]:
         async with httpx.AsyncClient() as client:
+            manager = _manager(state_dir, client)
+            start = functools.partial(
+                manager.up,
+                engine,
+                replicas=replicas,
+                options=options,
+                ports=ports or None,
+                ready_timeout_s=timeout_s,
+                cpu_plan=plan,
+            )
+            if not err.is_terminal:
+                # No live table off a terminal (CI logs, pipes): a line per change of
+                # state, and one every 15 s while waiting, so a slow start is not silence.
+                return await start(on_progress=_ProgressLines(err))
             with Live(console=err, transient=True, refresh_per_second=4) as live:
 
                 def show(progress: Sequence[StartProgress]) -> None:
                     live.update(_progress_table(progress))
 
-                return await _manager(state_dir, client).up(
-                    engine,
-                    replicas=replicas,
-                    options=options,
-                    ports=ports or None,
-                    ready_timeout_s=timeout_s,
-                    on_progress=show,
-                )
+                return await start(on_progress=show)
 
     records = asyncio.run(run())
     err.print(f"[green]{len(records)} {engine} replica(s) ready[/green]")
@@ -233,6 +254,43 @@ def logs_command(engine: str | None, port: int | None, lines: int, state_dir: Pa
     for record in records:
         console.rule(f"{record.name}  {record.log_path}")
         console.print(tail_log(Path(record.log_path), lines), markup=False)
+
+
+def plan_line(plan: CpuPlan) -> str:
+    """``3 replicas × 1 thread on 2 CPUs``, and what oversubscribing them costs."""
+    n = len(plan.cpu_sets)
+    cpus = plural(plan.num_cpus, "CPU")
+    line = f"{plural(n, 'replica')} × {plural(plan.threads, 'thread')} on {cpus}"
+    if plan.oversubscribed:
+        line += (
+            f": {plan.threads * n} compute threads on {cpus} oversubscribe them, and the "
+            "replicas slow each other down (fewer --replicas or --threads)"
+        )
+    return line
+
+
+class _ProgressLines:
+    """Start-up progress as plain lines: each replica's state when it changes, and a
+    reminder every ``every_s`` while some replica is still starting."""
+
+    def __init__(self, console: Console, every_s: float = 15.0) -> None:
+        self._console = console
+        self._every_s = every_s
+        self._states: dict[str, str] = {}
+        self._last_s = 0.0
+
+    def __call__(self, progress: Sequence[StartProgress]) -> None:
+        now = max((p.elapsed_s for p in progress), default=0.0)
+        changed = [p for p in progress if self._states.get(p.record.name) != p.health.state.value]
+        due = now - self._last_s >= self._every_s
+        for item in progress if due and not changed else changed:
+            self._states[item.record.name] = item.health.state.value
+            self._console.print(
+                f"{item.record.name}: {item.health.state.value} after {_duration(item.elapsed_s)}",
+                highlight=False,
+            )
+        if changed or due:
+            self._last_s = now
 
 
 def _progress_table(progress: Sequence[StartProgress]) -> Table:

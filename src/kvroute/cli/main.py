@@ -69,6 +69,14 @@ class _Main(click.Group):
         except BrokenPipeError:
             _stdout_closed()
             ctx.exit(EXIT_STDOUT_CLOSED)
+        except click.UsageError as exc:
+            # click's own usage block looks like another program's; every error reads
+            # alike: one "error:" line, one "hint:" line, exit 2.
+            at = exc.ctx or ctx
+            what = "commands" if isinstance(at.command, click.Group) else "options"
+            click.secho(f"error: {exc.format_message()}", fg="red", err=True)
+            click.echo(f"hint: `{at.command_path} --help` lists the {what}", err=True)
+            ctx.exit(2)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except Exception as exc:
@@ -99,6 +107,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "kvroute.cli.simulate",
         "simulate_cmd",
         "Predict what llama.cpp, vLLM and SGLang would cache on a trace, at a KV capacity.",
+    ),
+    "presets": (
+        "kvroute.cli.presets",
+        "presets_cmd",
+        "List the model and GPU presets simulate sizes the KV pool from.",
     ),
     "bench": (
         "kvroute.cli.bench",

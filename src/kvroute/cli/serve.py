@@ -20,6 +20,7 @@ from kvroute.gateway.config import GatewayConfig, ListenerConfig, load_config
 from kvroute.gateway.logs import log_json_lines
 from kvroute.gateway.service import serve_until_signalled
 from kvroute.gateway.zeroconfig import config_from_records
+from kvroute.report.fmt import plural
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -40,6 +41,11 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
     type=click.Path(path_type=Path, file_okay=False),
     help="Zero-config: where `engines up` recorded its engines [default: $KVROUTE_STATE_DIR or <cache>/state].",
 )
+@click.option(
+    "--mix-engines",
+    is_flag=True,
+    help="Zero-config: one pool of every engine kind (default: one pool per kind).",
+)
 @click.option("--check", is_flag=True, help="Validate the config, print a summary and exit.")
 @click.option(
     "--hash-key",
@@ -54,6 +60,7 @@ def serve_cmd(
     host: str | None,
     port: int | None,
     state_dir: Path | None,
+    mix_engines: bool,
     check: bool,
     hash_key_flag: bool,
     no_access_log: bool,
@@ -73,12 +80,16 @@ def serve_cmd(
             raise UsageError("no key on stdin")
         click.echo(hash_key(key))
         return
-    config = _config(config_path, state_dir)
+    if mix_engines and config_path is not None:
+        raise UsageError(
+            "--mix-engines is for zero-config mode; with --config, pools are the config's"
+        )
+    config = _config(config_path, state_dir, mix_engines)
     if check:
         listen_host, listen_port = _preflight(config, host, port, _warn_plain)
         click.echo(
-            f"ok: {len(config.backends)} backends, {len(config.routes)} routes, "
-            f"{len(config.keys)} keys, listening on {listen_host}:{listen_port}"
+            f"ok: {plural(len(config.backends), 'backend')}, {plural(len(config.routes), 'route')}, "
+            f"{plural(len(config.keys), 'key')}, listening on {listen_host}:{listen_port}"
         )
         return
     # From here on stderr is the gateway's log stream: JSON lines only (logs.py).
@@ -91,15 +102,22 @@ def serve_cmd(
     gateway = Gateway(config, config_path=config_path)
 
     def listening(bound: int) -> None:
+        base = f"http://{listen_host}:{bound}"
         logger.info(
-            "kvroute gateway on http://%s:%d/v1 (%d backends, %d routes)",
-            listen_host,
-            bound,
-            len(config.backends),
-            len(config.routes),
+            "kvroute gateway on %s/v1 (status %s/kvroute/status, metrics %s/metrics); %s; %s",
+            base,
+            base,
+            base,
+            plural(len(config.backends), "backend")
+            + ": "
+            + ", ".join(f"{b.name} ({b.engine}, pool {b.pool})" for b in config.backends),
+            plural(len(config.routes), "route")
+            + ": "
+            + ", ".join(f"{r.name} -> {r.pool} by {r.policy}" for r in config.routes),
         )
 
     _run(serve_until_signalled(gateway, host=listen_host, port=listen_port, on_listening=listening))
+    logger.info("kvroute gateway stopped")
 
 
 def _preflight(
@@ -124,11 +142,11 @@ def _warn_plain(message: str) -> None:
     click.secho(f"warning: {message}", fg="yellow", err=True)
 
 
-def _config(config_path: Path | None, state_dir: Path | None) -> GatewayConfig:
+def _config(config_path: Path | None, state_dir: Path | None, mixed: bool) -> GatewayConfig:
     if config_path is not None:
         return load_config(config_path)
     state = StateDir(state_dir or default_state_dir())
-    return config_from_records(state.records(), ListenerConfig(), str(state.root))
+    return config_from_records(state.records(), ListenerConfig(), str(state.root), mixed=mixed)
 
 
 def _run(main: Coroutine[Any, Any, int]) -> None:

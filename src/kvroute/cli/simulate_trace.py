@@ -7,6 +7,7 @@ from itertools import chain
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
 from kvroute.cache.result import Ideal
@@ -48,6 +49,9 @@ def load_trace(
     with console.status(f"reading {Path(given.name).name}"):
         loaded = list(stream)
     source = TraceSource(given.name, fmt_name, tokenizer_name, stats.num_skipped)
+    skipped = stats.skipped_text(str(trace), given.name)
+    if skipped is not None:
+        console.print(f"[yellow]{escape(skipped)}[/]")
     return loaded, source
 
 

@@ -184,7 +184,8 @@ def cpu_list(cpus: Sequence[int]) -> str:
 
 
 def split_cpus(cpus: Sequence[int], num_replicas: int) -> list[list[int]]:
-    """Give each replica its own CPUs when there are enough, else all share every CPU.
+    """Give each replica its own CPUs when there are enough; with more replicas than
+    CPUs, one CPU each, taken in turn (so two replicas share each CPU, not all of them).
 
     Two llama.cpp servers spinning on the same two cores run slower together than
     one; disjoint sets keep each one's decode speed predictable.
@@ -192,10 +193,40 @@ def split_cpus(cpus: Sequence[int], num_replicas: int) -> list[list[int]]:
     ordered = sorted(set(cpus))
     if num_replicas < 1:
         raise EngineError(f"replicas must be ≥ 1 (got {num_replicas})")
+    if not ordered:
+        raise EngineError("no CPU to run on")
     if num_replicas > len(ordered):
-        return [list(ordered) for _ in range(num_replicas)]
+        return [[ordered[i % len(ordered)]] for i in range(num_replicas)]
     share = len(ordered) // num_replicas
     return [ordered[i * share : (i + 1) * share] for i in range(num_replicas)]
+
+
+@dataclass(frozen=True, slots=True)
+class CpuPlan:
+    """Which CPUs each replica gets and how many compute threads it runs."""
+
+    cpu_sets: list[list[int]]
+    threads: int
+    """Per replica: ``--threads`` when given, else the CPUs ÷ replicas (at least one)."""
+    num_cpus: int
+
+    @property
+    def oversubscribed(self) -> bool:
+        """More compute threads than CPUs: replicas then slow each other down (on two
+        cores, three replicas at two threads each made TPOT 15x worse)."""
+        return self.threads * len(self.cpu_sets) > self.num_cpus
+
+
+def plan_cpus(cpus: Sequence[int], num_replicas: int, threads: int | None) -> CpuPlan:
+    """The CPU sets of :func:`split_cpus` and the threads per replica: ``threads`` when
+    given, else each replica's share of the CPUs (at least one)."""
+    sets = split_cpus(cpus, num_replicas)
+    num_cpus = len(set(cpus))
+    return CpuPlan(
+        cpu_sets=sets,
+        threads=threads or max(1, num_cpus // num_replicas),
+        num_cpus=num_cpus,
+    )
 
 
 def launcher_registry() -> Registry[Launcher]:

@@ -17,13 +17,20 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
 
 from kvroute.engines.base import Health, HealthState
-from kvroute.engines.launch import HOST, LaunchCommand, LaunchOptions, launcher_registry, split_cpus
+from kvroute.engines.launch import (
+    HOST,
+    CpuPlan,
+    LaunchCommand,
+    LaunchOptions,
+    launcher_registry,
+    plan_cpus,
+)
 from kvroute.engines.process import (
     Lifetime,
     StopOutcome,
@@ -108,6 +115,7 @@ class LocalEngines:
         lifetime: Lifetime = Lifetime.DETACHED,
         ready_timeout_s: float | None = None,
         on_progress: ProgressCallback | None = None,
+        cpu_plan: CpuPlan | None = None,
     ) -> list[EngineRecord]:
         """Start ``replicas`` copies of ``engine`` and return once every one is ready.
 
@@ -115,11 +123,19 @@ class LocalEngines:
         :class:`EngineError` (with the end of the failing engine's log) when a replica
         exits or is not ready within the timeout; in that case, and when interrupted,
         every replica this call started has been stopped and unrecorded again.
+        ``cpu_plan``: the CPUs and threads of each replica (default: :func:`plan_cpus`
+        over the CPUs this process may use); its threads replace ``options.threads``.
         """
         launcher = launcher_registry().get(engine)
         options = options or LaunchOptions()
         chosen = self._choose_ports(replicas, ports)
-        cpu_sets = split_cpus(sorted(os.sched_getaffinity(0)), replicas)
+        cpu_plan = cpu_plan or plan_cpus(available_cpus(), replicas, options.threads)
+        if len(cpu_plan.cpu_sets) != replicas:
+            raise EngineError(
+                f"the CPU plan is for {len(cpu_plan.cpu_sets)} replicas, not {replicas}"
+            )
+        options = replace(options, threads=cpu_plan.threads)
+        cpu_sets = cpu_plan.cpu_sets
         commands = [
             launcher.command(
                 port=port, options=options, cpus=cpus, run_dir=self._state.run_dir(engine, port)
@@ -314,3 +330,8 @@ def tail_log(path: Path, lines: int = LOG_TAIL_LINES) -> str:
             text = f.read().decode("utf-8", errors="replace")
         return "\n".join(text.splitlines()[-lines:])
     return ""
+
+
+def available_cpus() -> list[int]:
+    """The CPU ids this process may run on (its affinity mask, not the machine's count)."""
+    return sorted(os.sched_getaffinity(0))

@@ -273,6 +273,9 @@ class Gateway:
         if path == "/v1/models":
             endpoints.require_method(method, "GET")
             return endpoints.models(self._state, request)
+        if path == "/":
+            endpoints.require_method(method, "GET")
+            return endpoints.index(self._state)
         if path == "/health":
             endpoints.require_method(method, "GET")
             return json_response(200, {"status": "ok"})
@@ -302,7 +305,12 @@ class Gateway:
         if path == "/kvroute/status":
             # Open like /metrics: shares and counts, no text.
             endpoints.require_method(method, "GET")
-            return endpoints.traffic_status(self.traffic, self.clock(), request.query)
+            return endpoints.traffic_status(
+                self.traffic,
+                self.clock(),
+                request.query,
+                [b.name for b in self._state.config.backends],
+            )
         if path == "/kvroute/rollout":
             # Open like /metrics: counts and timings, no text.
             endpoints.require_method(method, "GET")

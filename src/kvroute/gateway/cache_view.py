@@ -23,13 +23,14 @@ model (and capture's trace hashes are computed apart). Prompt token ids come fro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kvroute.cache.base import U64, AdmitStatus, CacheGeometry, CacheSeq, PrefixCache, units_for
 from kvroute.cache.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
 from kvroute.cache.registry import EngineSettings, cache_models
+from kvroute.cache.vllm import VllmConfig
 from kvroute.trace.hashing import chain_hashes
 from kvroute.types import TokenIds
 
@@ -54,6 +55,9 @@ class CacheViewConfig:
     ``--parallel`` is not given (``slots`` None)."""
     cache_ram_mib: int = 8192
     """llama.cpp ``--cache-ram`` (0: off, as ``kvroute engines up`` starts it)."""
+    block_size_tokens: int | None = None
+    """vLLM ``--block-size``; None: vLLM's GPU default, 16 (vLLM-CPU runs 32 or 128, and
+    a view at 16 then predicts hits the engine does not have)."""
 
     def llamacpp(self) -> LlamaCppConfig:
         """The llama.cpp slot model's settings for the engine these flags describe."""
@@ -97,7 +101,10 @@ class BackendCacheView:
 
     def __init__(self, engine: str, config: CacheViewConfig) -> None:
         capacity = config.capacity_tokens or DEFAULT_CAPACITY_TOKENS[engine]
-        settings = EngineSettings(llamacpp=config.llamacpp())
+        vllm = VllmConfig()
+        if config.block_size_tokens is not None:
+            vllm = replace(vllm, block_size_tokens=config.block_size_tokens)
+        settings = EngineSettings(llamacpp=config.llamacpp(), vllm=vllm)
         self.model: PrefixCache = cache_models(settings).get(engine)(CacheGeometry(capacity))
         model = self.model
         self.num_slots: int | None = (

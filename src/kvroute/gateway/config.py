@@ -315,11 +315,12 @@ def _backend(node: ConfigNode, env: Mapping[str, str]) -> BackendConfig:
 
 
 def _cache_view(node: ConfigNode) -> CacheViewConfig:
-    """The engine's flags: ``slots`` --parallel, ``capacity_tokens`` --ctx-size, and for
-    llama.cpp ``kv_unified`` --[no-]kv-unified, ``cache_ram_mib`` --cache-ram."""
-    node.check_keys("capacity_tokens", "slots", "kv_unified", "cache_ram_mib")
+    """The engine's flags: ``slots`` --parallel, ``capacity_tokens`` --ctx-size, for
+    llama.cpp ``kv_unified`` --[no-]kv-unified, ``cache_ram_mib`` --cache-ram, and for
+    vLLM ``block_size_tokens`` --block-size."""
+    node.check_keys("capacity_tokens", "slots", "kv_unified", "cache_ram_mib", "block_size_tokens")
     values: dict[str, Any] = {}
-    for key in ("capacity_tokens", "slots"):
+    for key in ("capacity_tokens", "slots", "block_size_tokens"):
         if key in node.data:
             values[key] = node.integer(key)
             if values[key] < 1:

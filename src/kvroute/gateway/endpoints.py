@@ -22,6 +22,31 @@ from kvroute.gateway.traffic_shape import TrafficShape
 from kvroute.gateway.traffic_status import TrafficMetrics, status, status_html
 from kvroute.gateway.types import Request, Response, json_response
 
+INDEX = (
+    ("POST /v1/chat/completions, /v1/completions", "OpenAI-compatible completions, routed"),
+    ("GET /v1/models", "the models the backends serve"),
+    ("GET /kvroute/status", "live traffic shape: prefix overlap, band, per-backend hits"),
+    ("GET /kvroute/rollout", "canary and shadow comparison (JSON)"),
+    ("GET /metrics", "Prometheus metrics"),
+    ("GET /health, /ready", "liveness, readiness"),
+)
+
+
+def index(state: GatewayState) -> Response:
+    """``GET /``: what this is and where to go (a browser pointed at the gateway's root
+    would otherwise get a 404 JSON error). No keys or backend URLs: it is open."""
+    rows = "".join(f"<tr><td><code>{p}</code></td><td>{w}</td></tr>" for p, w in INDEX)
+    num = len(state.backends)
+    page = (
+        "<!doctype html><html><head><meta charset=utf-8><title>kvroute gateway</title>"
+        "<style>body{font:14px system-ui,sans-serif;margin:2em;color:#222}"
+        "td{padding:.2em .8em;border-bottom:1px solid #ddd}</style></head><body>"
+        f"<h1>kvroute gateway</h1><p>{num} backend{'' if num == 1 else 's'}. Point an OpenAI "
+        "client at <code>/v1</code>.</p>"
+        f"<table>{rows}</table></body></html>"
+    )
+    return Response(200, [("content-type", "text/html; charset=utf-8")], page.encode())
+
 
 def models(state: GatewayState, request: Request) -> Response:
     key = state.keys_by_name.get(request.ctx.key_name)
@@ -70,8 +95,10 @@ def metrics(
     return Response(200, [("content-type", "text/plain; version=0.0.4")], body)
 
 
-def traffic_status(traffic: TrafficShape, now_s: float, query: str) -> Response:
-    data = status(traffic, now_s)
+def traffic_status(
+    traffic: TrafficShape, now_s: float, query: str, backend_names: Sequence[str] = ()
+) -> Response:
+    data = status(traffic, now_s, backend_names)
     if "format=json" in query.split("&"):
         return json_response(200, data)
     return Response(200, [("content-type", "text/html; charset=utf-8")], status_html(data))

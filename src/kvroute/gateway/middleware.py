@@ -65,7 +65,10 @@ class ObserveMiddleware:
         ctx = request.ctx
         if ctx.e2e_s is None:
             ctx.e2e_s = self.clock() - request.received_s
-        self.metrics.observe(ctx, status)
+        # Completions only: scrapes, model lists and status pages would be counted with
+        # empty route labels and drown the traffic the counters are for.
+        if request.path in COMPLETION_PATHS:
+            self.metrics.observe(ctx, status)
         if self.log_enabled() and self.logger.isEnabledFor(logging.INFO):
             line = {
                 "ts": round(time.time(), 3),

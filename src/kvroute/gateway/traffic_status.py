@@ -5,7 +5,7 @@ the ``/metrics`` gauges and counters, and the ``GET /kvroute/status`` page
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kvroute.analyze.result import EQUIVALENT_BELOW, RADIX_ABOVE, VerdictLevel
@@ -70,8 +70,11 @@ def observing_finish(
     return done
 
 
-def status(traffic: TrafficShape, now_s: float) -> dict[str, Any]:
-    """The window's numbers (the JSON of ``/kvroute/status?format=json``)."""
+def status(
+    traffic: TrafficShape, now_s: float, backend_names: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The window's numbers (the JSON of ``/kvroute/status?format=json``).
+    ``backend_names``: the configured backends, listed (with zeros) even when idle."""
     traffic.refresh(now_s)
     cfg = traffic.config
     overlap = traffic.overlap
@@ -111,8 +114,27 @@ def status(traffic: TrafficShape, now_s: float) -> dict[str, Any]:
                 "prediction_abs_error_ratio": t.abs_error_ratio,
             }
             for name, t in sorted(traffic.backends.items())
-        },
+        }
+        | {name: _IDLE_BACKEND for name in backend_names if name not in traffic.backends},
     }
+
+
+_IDLE_BACKEND: dict[str, Any] = {
+    "requests": 0,
+    "prompt_tokens": 0,
+    "cached_tokens": 0,
+    "hit_ratio": None,
+    "predicted_requests": 0,
+    "predicted_cached_tokens": 0,
+    "reported_cached_tokens": 0,
+    "prediction_mean_abs_error_tokens": None,
+    "prediction_abs_error_ratio": None,
+}
+"""A backend with no request in the window: shown, so an idle one is not mistaken for
+one the gateway does not know."""
+
+REFRESH_S = 10
+"""The status page reloads itself this often."""
 
 
 def _pct(x: float | None) -> str:
@@ -143,9 +165,19 @@ def status_html(data: dict[str, Any]) -> bytes:
         if data["prefix_overlap"] is not None
         else f"<p>{e(data['overlap_note'])}</p>"
     )
+    band_now = data["band_now"]
+    if band is None and band_now is not None:
+        # The overlap is in a band but has not stayed there band_hold_s yet.
+        band_line = (
+            f"Band: settling on {e(band_now)} (in it now; it counts once it holds "
+            f"{data['band_hold_s']:g} s)"
+        )
+    else:
+        band_line = f"Band: {e(band or 'none yet')}"
     meaning = e(data["band_meaning"] or "no settled band yet")
     changes = "".join(f"<li>{e(c['message'])}</li>" for c in reversed(data["band_changes"]))
     page = f"""<!doctype html><html><head><meta charset=utf-8>
+<meta http-equiv=refresh content={REFRESH_S}>
 <title>kvroute traffic shape</title><style>
 body{{font:14px system-ui,sans-serif;margin:2em;max-width:60em;color:#222}}
 table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:left}}
@@ -155,14 +187,14 @@ table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{padding:.2em .8em;bo
 <p>Window: the last {w["num_requests"]} requests (at most {w["max_requests"]}, none older
 than {w["max_age_s"]:g} s).</p>
 {overlap}
-<p class=band><b>Band: {e(band or "none")}</b> — {meaning}. Thresholds
+<p class=band><b>{band_line}</b> — {meaning}. Thresholds
 {_pct(data["thresholds"]["equivalent_below"])} / {_pct(data["thresholds"]["radix_above"])},
 held {data["band_hold_s"]:g} s.</p>
 <ul>{changes}</ul>
 <h2>Share by workload class</h2><table><tr><th>class</th><th>share</th></tr>{rows}</table>
 <h2>Backends</h2><table><tr><th>backend</th><th>requests</th><th>engine-reported hit</th>
 <th>predicted / reported cached tokens</th><th>prediction error ÷ prompt</th></tr>{brows}</table>
-<p>JSON: <a href="?format=json">?format=json</a></p>
+<p>Reloads every {REFRESH_S} s. JSON: <a href="?format=json">?format=json</a></p>
 </body></html>
 """
     return page.encode()

@@ -28,8 +28,9 @@ def _kv(title: str, rows: list[tuple[str, str]]) -> Table:
     t = Table(
         title=title, title_justify="left", show_header=False, box=None, pad_edge=False, min_width=44
     )
-    t.add_column(style="dim")
-    t.add_column(justify="right")
+    # Never wrapped: a label cut mid-phrase ("p50 / p90 /" over "max") reads as two rows.
+    t.add_column(style="dim", no_wrap=True)
+    t.add_column(justify="right", no_wrap=True)
     for k, v in rows:
         t.add_row(k, v)
     return t
@@ -59,7 +60,7 @@ def _overlap_rows(r: AnalysisResult) -> list[tuple[str, str]]:
         ),
         (
             "LCP share of prompt, p50 / p90",
-            f"{fmt.percent(ov.lcp_share.p50 or 0)} / {fmt.percent(ov.lcp_share.p90 or 0)}",
+            f"{fmt.percent(ov.lcp_share.p50)} / {fmt.percent(ov.lcp_share.p90)}",
         ),
     ]
     if ov.reported_hit_ratio is not None:
@@ -126,8 +127,9 @@ def _capacity_table(r: AnalysisResult) -> Table:
 
 
 def _print_tables(tables: list[Table], console: Console) -> None:
-    """Side by side on a wide terminal, else one under the other."""
-    if console.width >= 150:
+    """Side by side when they fit the terminal whole, else one under the other."""
+    gaps = 4 * (len(tables) - 1)
+    if sum(console.measure(t).maximum for t in tables) + gaps <= console.width:
         grid = Table.grid(padding=(0, 4))
         grid.add_row(*tables)
         console.print(grid)
@@ -138,13 +140,22 @@ def _print_tables(tables: list[Table], console: Console) -> None:
 
 
 def _groups_table(r: AnalysisResult, width: int, *, show_text: bool) -> Table:
-    """The top five shared prefixes, with the start of their text when ``show_text``."""
-    t = Table(title="Shared prefixes that save the most prefill", title_justify="left")
+    """The ``--top`` shared prefixes, with the start of their text when ``show_text``;
+    the caption says how many there are in all."""
+    shown = len(r.groups.top)
+    t = Table(
+        title="Shared prefixes that save the most prefill",
+        title_justify="left",
+        caption=f"the top {shown} of "
+        + fmt.plural(r.groups.num_groups, "shared prefix", "shared prefixes")
+        + (" (--top N shows more)" if r.groups.num_groups > shown else ""),
+        caption_justify="left",
+    )
     for name in ("#", "requests", "tokens", "saved", "of reuse"):
         t.add_column(name, justify="right", no_wrap=True)
     if show_text:
         t.add_column("text", overflow="ellipsis", no_wrap=True, max_width=max(16, width - 50))
-    for g in r.groups.top[:5]:
+    for g in r.groups.top:
         row = [
             str(g.rank),
             fmt.count(g.num_requests),

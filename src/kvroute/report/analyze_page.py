@@ -109,6 +109,9 @@ def _lead(r: AnalysisResult) -> list[Block]:
             ]
         ),
     ]
+    if tr.tokenizer_warning is not None:
+        # First: every figure on the page depends on it.
+        lead.insert(0, Callout(CalloutKind.WARN, "Wrong tokenizer?", tr.tokenizer_warning))
     return lead
 
 
@@ -117,15 +120,18 @@ def _overlap_section(r: AnalysisResult) -> Section:
     bars = [(f"ideal, {k}", x) for k, x in ov.figures()]
     if ov.reported_hit_ratio is not None:
         bars.append(("engine-reported", ov.reported_hit_ratio))
-    overlap_sec = Section(
-        "Prefix overlap",
-        [
-            Paragraph(
-                f"{fmt.percent(ov.hit_ratio)} of prompt tokens repeat a prefix seen earlier. "
-                f"{_requests_reusing(r)} "
-                f"The median request shares {_tok(ov.lcp_tokens.p50)} tokens "
-                f"({fmt.percent(ov.lcp_share.p50 or 0)} of its prompt) with an earlier one; p90 {_tok(ov.lcp_tokens.p90)}."
-            ),
+    figures = " · ".join(f"{fmt.percent(x)} {k}" for k, x in ov.figures())
+    lcp_share = "n/a" if ov.lcp_share.p50 is None else fmt.percent(ov.lcp_share.p50)
+    blocks: list[Block] = [
+        Paragraph(
+            f"{fmt.percent(ov.hit_ratio)} of prompt tokens repeat a prefix seen earlier "
+            f"({figures}). {_requests_reusing(r)} "
+            f"The median request shares {_tok(ov.lcp_tokens.p50)} tokens "
+            f"({lcp_share} of its prompt) with an earlier one; p90 {_tok(ov.lcp_tokens.p90)}."
+        )
+    ]
+    if len(bars) > 2:  # two numbers read better in the sentence above than as a chart
+        blocks.append(
             Chart(
                 bar_chart(
                     [b[0] for b in bars],
@@ -136,7 +142,12 @@ def _overlap_section(r: AnalysisResult) -> Section:
                     percent=True,
                     horizontal=True,
                 )
-            ),
+            )
+        )
+    overlap_sec = Section(
+        "Prefix overlap",
+        [
+            *blocks,
             histogram_block(
                 ov.per_request_hit,
                 "Per-request reusable share of the prompt",
@@ -188,7 +199,11 @@ def _groups_section(r: AnalysisResult) -> Section:
         group_blocks.append(
             Chart(
                 bar_chart(
-                    [f"#{g.rank} ({fmt.tokens(g.prefix_tokens)} tok)" for g in r.groups.top],
+                    # By length: the end offset of a segment says nothing of its size.
+                    [
+                        f"#{g.rank} ({fmt.tokens(g.prefix_tokens - g.start_tokens)} tok)"
+                        for g in r.groups.top
+                    ],
                     [g.share_of_reuse for g in r.groups.top],
                     title="Share of all reuse by shared prefix",
                     x_label="prefix",
@@ -233,7 +248,7 @@ def _sessions_section(r: AnalysisResult) -> Section:
                         f"{_tok(se.turns_per_session.p50)} / {_tok(se.turns_per_session.p90)} / {_tok(se.turns_per_session.max)}",
                     ),
                     ("follow-up turns", fmt.count(se.num_followup_turns)),
-                    ("mean continuation share", fmt.percent(se.continuation_share.mean or 0)),
+                    ("mean continuation share", fmt.percent(se.continuation_share.mean)),
                     (
                         "start with the whole previous prompt",
                         "n/a"
@@ -303,9 +318,10 @@ def _reuse_section(r: AnalysisResult) -> Section:
                     ru.reuse_time_s_hist_edges,
                     [c / total for c in ru.reuse_time_s_hist_counts],
                     title="Time between reuses of a block",
-                    x_label="seconds",
+                    x_label="time since the block was last used",
                     y_label="share of reuses",
                     percent=True,
+                    edge_text=fmt.duration,
                 )
             )
         )

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvroute.report.fmt import si
+from kvroute.report.fmt import percent, si
 
 _STEP_MANTISSAS = (1.0, 2.0, 2.5, 5.0)
 _EPS = 1e-9
@@ -42,7 +42,7 @@ class Axis:
 
     def format(self, value: float) -> str:
         """One value in this axis's style (for tooltips and bar value labels)."""
-        return f"{si(value * 100)} %" if self.percent else si(value)
+        return percent(value) if self.percent else si(value)
 
 
 def nice_ticks(lo: float, hi: float, *, max_ticks: int = 6) -> tuple[float, ...]:
@@ -164,3 +164,17 @@ def log_axis(values: Sequence[float], *, max_ticks: int = 8) -> Axis:
         if lo <= m * 10.0**d <= hi
     )
     return Axis(lo=lo, hi=hi, ticks=ticks, log=True, minor_ticks=minor)
+
+
+HEAVY_TAIL_RATIO = 20.0
+
+
+def wants_log(values: Sequence[float]) -> bool:
+    """Whether ``values`` are heavy-tailed enough to plot on a log axis: all positive
+    (a log axis cannot show zero, and a series there would vanish) and the largest at
+    least ``HEAVY_TAIL_RATIO`` times the median, where a linear axis squeezes the bulk of
+    the sample into its first tick."""
+    finite = sorted(v for v in values if math.isfinite(v))
+    if not finite or finite[0] <= 0:
+        return False
+    return finite[-1] >= HEAVY_TAIL_RATIO * finite[len(finite) // 2]

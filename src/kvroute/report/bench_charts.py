@@ -11,6 +11,7 @@ from kvroute.bench import metrics
 from kvroute.bench.record import Outcome, RequestRecord
 from kvroute.bench.result import Run
 from kvroute.report import fmt
+from kvroute.report.axes import wants_log
 from kvroute.report.bench_rows import run_label, stat_cells
 from kvroute.report.html import Block, Chart, Paragraph, Table
 from kvroute.report.svg import Series, Shape, line_chart
@@ -43,11 +44,13 @@ def cdf_chart(
     ]
     if not series:
         return Paragraph(f"{title}: no data.")
+    log_x = wants_log([x for s in series for x in s.xs])
     return Chart(
         line_chart(
             series,
             title=title,
-            x_label="seconds",
+            x_label="seconds (log scale)" if log_x else "seconds",
+            log_x=log_x,
             y_label="share of requests ≤ x",
             percent_y=True,
             y_min=0,
@@ -119,15 +122,30 @@ def _hit_split_table(runs: Sequence[Run]) -> Table:
     return Table(["run", "cache", "requests", "p50", "p90", "p95", "p99", "max"], rows)
 
 
+FEW_REQUESTS = 5
+"""Below this many requests on one side, the hit/miss split gets a caveat."""
+
+
 def hit_split_blocks(runs: Sequence[Run]) -> list[Block]:
     """TTFT percentiles of cache hits and misses per run, then their CDFs."""
     series: list[Series] = []
+    few: list[str] = []
     for run in runs:
         for tag, vals in (("hit", _ttfts(run, hit=True)), ("miss", _ttfts(run, hit=False))):
-            s = _cdf_series(f"{run_label(run)} · {tag}", vals)
+            # The count in the legend: a curve drawn from one request is one request.
+            s = _cdf_series(f"{run_label(run)} · {tag} ({fmt.plural(len(vals), 'request')})", vals)
             if s is not None:
                 series.append(s)
+            if 0 < len(vals) < FEW_REQUESTS:
+                few.append(f"{run_label(run)} {tag} ({len(vals)})")
     blocks: list[Block] = [_hit_split_table(runs)]
+    if few:
+        blocks.append(
+            Paragraph(
+                f"Too few requests to compare on one side: {', '.join(few)}. A hit slower "
+                "than a miss from so few says nothing about the cache."
+            )
+        )
     if series:
         blocks.append(
             Chart(

@@ -8,9 +8,17 @@ from rich.table import Table
 from kvroute.bench.compare import Pair
 from kvroute.bench.result import BenchResult, Run
 from kvroute.report import fmt
-from kvroute.report.bench_rows import DIFF_HEADERS, RUN_HEADERS, diff_cells, error_lines, run_row
+from kvroute.report.bench_rows import (
+    DIFF_HEADERS,
+    RUN_HEADERS,
+    diff_cells,
+    error_lines,
+    run_row,
+    shown_headers,
+)
 
 _SHORT = {
+    "unsent/cut",
     "TTFT p50",
     "TTFT p99",
     "TPOT p50",
@@ -59,7 +67,7 @@ def render_result(result: BenchResult, console: Console, *, wide: bool = False) 
         console.print(f"[bold red]{INTERRUPTED_TITLE.upper()}[/]: {note}")
     console.print(
         f"[bold]kvroute bench[/] {w.name} · {fmt.count(w.num_requests)} requests · seed {w.seed}"
-        f" · prompt p50 {fmt.tokens(w.prompt_tokens.p50 or 0)} tokens"
+        f" · prompt p50 {fmt.tokens(w.prompt_tokens.p50)} tokens"
         + (
             f" · ideal overlap {fmt.percent(w.ideal_overlap)}"
             if w.ideal_overlap is not None
@@ -67,10 +75,12 @@ def render_result(result: BenchResult, console: Console, *, wide: bool = False) 
         )
         + f" · {result.side_by_side}"
     )
-    keep = [i for i, h in enumerate(RUN_HEADERS) if wide or i < 5 or h in _SHORT]
+    shown = set(shown_headers(result.runs))
+    keep = [i for i, h in enumerate(RUN_HEADERS) if h in shown and (wide or i < 5 or h in _SHORT)]
     table = Table(box=None, pad_edge=False)
     for i in keep:
-        table.add_column(RUN_HEADERS[i], justify="left" if i < 3 else "right")
+        # The load names the sweep step: cut, two rows would look like one.
+        table.add_column(RUN_HEADERS[i], justify="left" if i < 3 else "right", no_wrap=i < 3)
     for run in result.runs:
         row = run_cells(run)
         table.add_row(*(row[i] for i in keep))

@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from kvroute.bench import metrics
-from kvroute.bench.compare import Pair
+from kvroute.bench.compare import Pair, mismatches
 from kvroute.bench.result import BenchResult, Run
 from kvroute.report import fmt
 from kvroute.report.bench_charts import cdf_chart, hit_split_blocks, itl_chart, sweep_blocks
@@ -17,9 +17,11 @@ from kvroute.report.bench_console import INTERRUPTED_TITLE, interrupted_text, ru
 from kvroute.report.bench_rows import (
     DIFF_HEADERS,
     RUN_HEADERS,
+    SUMMARY_GROUPS,
     diff_cells,
     error_lines,
     run_label,
+    shown_headers,
     stat_cells,
 )
 from kvroute.report.html import (
@@ -78,7 +80,7 @@ def _workload_facts(result: BenchResult) -> KeyValues:
             ("requests", fmt.count(w.num_requests)),
             (
                 "prompt tokens p50 / p99",
-                f"{fmt.tokens(w.prompt_tokens.p50 or 0)} / {fmt.tokens(w.prompt_tokens.p99 or 0)}",
+                f"{fmt.tokens(w.prompt_tokens.p50)} / {fmt.tokens(w.prompt_tokens.p99)}",
             ),
             (
                 "ideal prefix overlap",
@@ -142,6 +144,82 @@ def _interrupted_callouts(*results: tuple[str, BenchResult]) -> list[Block]:
     return callouts
 
 
+def _summary_tables(runs: Sequence[Run]) -> list[Block]:
+    """Every run's figures, in two tables that each fit a 1,400 px screen."""
+    shown = shown_headers(runs)
+    rows = [dict(zip(RUN_HEADERS, run_cells(r), strict=True)) for r in runs]
+    tables: list[Block] = []
+    for title, group in SUMMARY_GROUPS:
+        headers = [h for h in group if h in shown]
+        tables.append(Table(headers, [[row[h] for h in headers] for row in rows], caption=title))
+    return tables
+
+
+def _headline_callouts(runs: Sequence[Run]) -> list[Block]:
+    """The conclusion at each load, when two or more endpoints ran it: which had the
+    lowest TTFT p50 and by how much, and the engine-hit difference; and a caveat when
+    the endpoints did not run alike (cache state, model)."""
+    blocks: list[Block] = []
+    by_load: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.repeat == 0:
+            by_load.setdefault(run.load.label, []).append(run)
+    lines = []
+    for label, group in by_load.items():
+        timed = [r for r in group if r.summary.ttft_s.p50 is not None]
+        if len(timed) < 2:
+            continue
+        timed.sort(key=lambda r: r.summary.ttft_s.p50 or 0.0)
+        best, other = timed[0], timed[1]
+        lines.append(
+            f"{label}: {best.endpoint.name} vs {other.endpoint.name} " + _versus(best, other)
+        )
+    if lines:
+        blocks.append(
+            Callout(
+                CalloutKind.INFO,
+                "Lowest TTFT p50 at each load",
+                " · ".join(lines) + ". One run each: `kvroute bench compare` with --repeats "
+                "judges the noise.",
+            )
+        )
+    first_load = next(iter(by_load.values()), [])
+    caveats = _caveats(first_load)
+    if caveats:
+        blocks.append(
+            Callout(CalloutKind.WARN, "The endpoints did not run alike", " ".join(caveats))
+        )
+    return blocks
+
+
+def _versus(best: Run, other: Run) -> str:
+    a, b = best.summary, other.summary
+    parts = []
+    if a.ttft_s.p50 is not None and b.ttft_s.p50:
+        parts.append(f"TTFT p50 {fmt.relative(a.ttft_s.p50 / b.ttft_s.p50 - 1)}")
+    hit_a, hit_b = a.cache.engine_hit_rate, b.cache.engine_hit_rate
+    if hit_a is not None and hit_b is not None:
+        parts.append(f"engine hit {(hit_a - hit_b) * 100:+.1f} pp")
+    if a.tpot_s.p50 is not None and b.tpot_s.p50:
+        parts.append(f"TPOT p50 {fmt.relative(a.tpot_s.p50 / b.tpot_s.p50 - 1)}")
+    return ", ".join(parts)
+
+
+def _caveats(runs: Sequence[Run]) -> list[str]:
+    """What differs between the endpoints besides the engine."""
+    out = []
+    states = {r.endpoint.name: r.endpoint.cache_state for r in runs}
+    if len(set(states.values())) > 1:
+        out.append(
+            "Cache state: " + ", ".join(f"{n} {s}" for n, s in states.items()) + " (a warm "
+            "cache hits where a cold one cannot)."
+        )
+    models = {r.endpoint.name: r.endpoint.model for r in runs if r.endpoint.model}
+    if len(set(models.values())) > 1:
+        out.append("Models: " + ", ".join(f"{n} {m}" for n, m in models.items()) + ".")
+    return out
+
+
 def bench_page(result: BenchResult, generated_at: datetime) -> Page:
     runs = result.runs
     return Page(
@@ -149,8 +227,9 @@ def bench_page(result: BenchResult, generated_at: datetime) -> Page:
         subtitle=f"{result.workload.name} against {len({r.endpoint.name for r in runs})} endpoint(s)",
         lead=[
             *_interrupted_callouts(("", result)),
+            *_headline_callouts(runs),
             _workload_facts(result),
-            Table(RUN_HEADERS, [run_cells(r) for r in runs]),
+            *_summary_tables(runs),
         ],
         sections=[
             Section("Latency", _latency_blocks(runs)),
@@ -198,10 +277,22 @@ def compare_page(a: BenchResult, b: BenchResult, pairs: list[Pair], generated_at
         sections.append(
             Section("No pairs", [Paragraph("The results share no endpoint and load label.")])
         )
+    lead = _interrupted_callouts(("A", a), ("B", b))
+    differ = mismatches(a, b)
+    if differ:
+        lead.insert(
+            0,
+            Callout(
+                CalloutKind.WARN,
+                "A and B are different experiments",
+                "; ".join(differ) + ". The differences below mix the engines with the "
+                "workloads: they say nothing about the engines alone.",
+            ),
+        )
     return Page(
         title="kvroute bench compare",
         subtitle=f"A: {a.workload.name} · B: {b.workload.name}",
-        lead=_interrupted_callouts(("A", a), ("B", b)),
+        lead=lead,
         sections=sections,
         generated_at=generated_at,
     )

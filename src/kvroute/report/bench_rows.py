@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kvroute.bench.compare import Diff
-from kvroute.bench.metrics import Stat
+from kvroute.bench.metrics import Stat, Summary
+from kvroute.bench.record import ErrorKind
 from kvroute.bench.result import Run
 from kvroute.report import fmt
 
@@ -13,6 +16,7 @@ RUN_HEADERS = (
     "cache",
     "ok",
     "errors",
+    "unsent/cut",
     "TTFT p50",
     "TTFT p99",
     "TPOT p50",
@@ -26,6 +30,34 @@ RUN_HEADERS = (
     "goodput",
     "JSON valid",
 )
+
+
+SUMMARY_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "Requests and latency",
+        ("endpoint", "load", "cache", "ok", "errors", "unsent/cut", "TTFT p50", "TTFT p99",
+         "TPOT p50", "E2E p50", "E2E p99"),
+    ),
+    (
+        "Throughput, cache and goodput",
+        ("endpoint", "load", "req/s", "out tok/s", "rate achieved", "engine hit",
+         "response hit", "goodput", "JSON valid"),
+    ),
+)  # fmt: skip
+"""The summary split in two tables, so that each fits a 1,400 px screen whole."""
+
+
+def shown_headers(runs: Sequence[Run], headers: Sequence[str] = RUN_HEADERS) -> list[str]:
+    """``headers`` without the columns that would hold nothing for these runs: no
+    request unsent or cut, no structured output, no SLO."""
+    empty = set()
+    if not any(r.summary.num_not_sent or num_cut(r.summary) for r in runs):
+        empty.add("unsent/cut")
+    if all(r.summary.structured is None for r in runs):
+        empty.add("JSON valid")
+    if all(r.summary.goodput is None for r in runs):
+        empty.add("goodput")
+    return [h for h in headers if h not in empty]
 
 
 def dur(value: float | None) -> str:
@@ -49,9 +81,14 @@ def run_label(run: Run) -> str:
     return f"{run.endpoint.name} · {run.load.label}{rep}"
 
 
+def num_cut(s: Summary) -> int:
+    """Requests on the wire when Ctrl-C stopped the run: cut off by the user, not failed."""
+    return s.errors.get(ErrorKind.INTERRUPTED.value, 0)
+
+
 def run_row(run: Run) -> list[str]:
     s = run.summary
-    errors = s.num_errors + s.num_not_sent
+    cut = num_cut(s)
     good = "—" if s.goodput is None else f"{pct(s.goodput.share)} ({num(s.goodput.per_s)}/s)"
     valid = (
         "—"
@@ -63,7 +100,8 @@ def run_row(run: Run) -> list[str]:
         run.load.label,
         run.endpoint.cache_state,
         fmt.count(s.num_ok),
-        fmt.count(errors),
+        fmt.count(s.num_errors - cut),
+        fmt.count(s.num_not_sent + cut),
         dur(s.ttft_s.p50),
         dur(s.ttft_s.p99),
         dur(s.tpot_s.p50),
@@ -81,9 +119,12 @@ def run_row(run: Run) -> list[str]:
 
 def error_lines(run: Run) -> list[str]:
     s = run.summary
-    parts = [f"{kind} {n}" for kind, n in s.errors.items()]
+    cut = ErrorKind.INTERRUPTED.value
+    parts = [f"{kind} {n}" for kind, n in s.errors.items() if kind != cut]
     if s.num_not_sent:
         parts.append(f"not sent {s.num_not_sent}")
+    if s.errors.get(cut):
+        parts.append(f"cut short by Ctrl-C {s.errors[cut]}")
     if s.num_cancelled:
         parts.append(f"cancelled (on purpose) {s.num_cancelled}")
     return parts
@@ -113,7 +154,7 @@ def diff_cells(d: Diff) -> list[str]:
         if d.within_noise
         else f"{d.better} better"
     )
-    rel = "—" if d.relative is None else f"{d.relative * 100:+.1f} %"
+    rel = "—" if d.relative is None else fmt.relative(d.relative)
     return [d.name, value(d.a), value(d.b), delta(d.delta), rel, noise, verdict]
 
 

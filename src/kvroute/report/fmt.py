@@ -66,9 +66,10 @@ def si(value: float, *, digits: int = 3) -> str:
     return f"{sign}{text}{prefix}"
 
 
-def tokens(num_tokens: float) -> str:
-    """A token count, compact: ``12_345 -> "12.3k"`` (same rules as :func:`si`)."""
-    return si(num_tokens)
+def tokens(num_tokens: float | None) -> str:
+    """A token count, compact: ``12_345 -> "12.3k"`` (same rules as :func:`si`); unknown
+    (None) is ``"n/a"``, never 0."""
+    return "n/a" if num_tokens is None else si(num_tokens)
 
 
 def capacity(num_tokens: float) -> str:
@@ -115,8 +116,11 @@ def count(n: int) -> str:
     return f"{n:,}"
 
 
-def percent(fraction: float, *, digits: int = 1) -> str:
-    """A fraction as a percentage with ``digits`` decimals: ``0.612 -> "61.2 %"``."""
+def percent(fraction: float | None, *, digits: int = 1) -> str:
+    """A fraction as a percentage with ``digits`` decimals: ``0.612 -> "61.2 %"``;
+    unknown (None) is ``"n/a"``, never ``0.0 %``."""
+    if fraction is None:
+        return "n/a"
     special = _non_finite(fraction)
     if special is not None:
         return special
@@ -161,3 +165,20 @@ def byte_size(num_bytes: float) -> str:
     sign = "-" if num_bytes < 0 else ""
     text, unit = _scaled(abs(num_bytes), 1024.0, _BINARY_UNITS, 3)
     return f"{sign}{text} {unit}"
+
+
+def plural(num: int, noun: str, nouns: str | None = None) -> str:
+    """A count and its noun, singular for one: ``1 backend``, ``2 backends``, ``1,024
+    blocks``; ``nouns`` when the plural is not the noun plus ``s`` (``prefixes``)."""
+    return f"{count(num)} {noun if num == 1 else nouns or noun + 's'}"
+
+
+def relative(fraction: float) -> str:
+    """A relative change, signed, one decimal below 10 % and none above: ``-0.883 ->
+    "-88 %"``, ``0.046 -> "+4.6 %"``; a change that rounds to nothing is ``"±0 %"``."""
+    special = _non_finite(fraction)
+    if special is not None:
+        return special
+    pct = fraction * 100
+    text = f"{pct:+.1f}" if abs(pct) < 10 else f"{pct:+.0f}"
+    return "±0 %" if float(text) == 0 else f"{text} %"

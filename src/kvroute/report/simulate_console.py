@@ -15,10 +15,6 @@ def _capacity_text(tokens: int | None) -> str:
     return "unbounded" if tokens is None else f"{fmt.capacity(tokens)} tokens"
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else fmt.percent(value)
-
-
 def capacity_line(result: SimulationResult) -> str:
     """How the KV pool was sized, in one line."""
     c = result.capacity
@@ -33,16 +29,51 @@ def capacity_line(result: SimulationResult) -> str:
     return text
 
 
+def _rate(per_s: float) -> str:
+    return (
+        f"{fmt.si(per_s, digits=2)} req/s"
+        if per_s >= 0.1
+        else f"{fmt.si(per_s * 60, digits=2)} req/min"
+    )
+
+
+def saturation_text(run: EngineRun) -> str | None:
+    """The saturated verdict of ``run`` in one sentence; None when it kept up."""
+    s = run.saturation
+    if s is None or not s.saturated:
+        return None
+    text = (
+        f"{run.engine} is saturated: requests arrive at {_rate(s.offered_rate_per_s)} and it "
+        f"sustains about {_rate(s.sustained_rate_per_s)}, so its queue grows for the whole trace"
+    )
+    if run.wait_s.p90 is not None:
+        text += f" (wait p90 {fmt.duration(run.wait_s.p90)})"
+    text += "; its hit ratio is a backlog's, not live traffic's"
+    slots = run.settings.get("num_slots")
+    if run.engine == "llamacpp" and isinstance(slots, int):
+        text += f". It runs {slots} requests at once ({slots_text(slots)})"
+    return text + "."
+
+
+def slots_text(num_slots: int) -> str:
+    """What llama.cpp's slot count is, in words: the default is worth saying so."""
+    if num_slots == 4:
+        return "4 slots: llama-server's default --parallel; --parallel N to change"
+    return f"{num_slots} slots, --parallel {num_slots}"
+
+
 def _engine_row(run: EngineRun, best: float) -> list[str]:
     d = run.per_request_hit
     name = f"[bold]{run.engine}[/]" if run.hit_ratio == best else run.engine
+    if run.saturation is not None and run.saturation.saturated:
+        name += " [yellow](saturated)[/]"
     return [
         name,
         fmt.percent(run.hit_ratio),
         fmt.tokens(run.cached_tokens),
         fmt.tokens(run.computed_tokens),
         fmt.percent(run.share_requests_with_hit, digits=0),
-        _pct(d.p50),
+        fmt.percent(d.p50),
         fmt.tokens(run.evicted_tokens),
         fmt.tokens(run.peak_pinned_tokens),
         fmt.count(run.num_rejected),
@@ -50,6 +81,13 @@ def _engine_row(run: EngineRun, best: float) -> list[str]:
 
 
 _HEADERS = ("engine", "hit", "cached", "computed", "w/ hit", "p50", "evicted", "pinned", "rej.")
+LEGEND = (
+    "hit: prompt tokens served from cache · cached / computed: prompt tokens reused / "
+    "prefilled · w/ hit: requests with any hit · p50: median share of a prompt served "
+    "from cache · evicted: cached tokens dropped for room · pinned: most tokens held by "
+    "running requests at once · rej.: requests that never fit the pool"
+)
+"""What the engines table's short headers mean (printed under it)."""
 
 
 def _headline(r: SimulationResult) -> str:
@@ -86,6 +124,9 @@ def _ideal_line(ideal: Ideal) -> str:
 def _details_line(run: EngineRun) -> str:
     """Peak memory and running requests, wait, and the engine's own counters (dim)."""
     extra = []
+    slots = run.settings.get("num_slots")
+    if run.engine == "llamacpp" and isinstance(slots, int):
+        extra.append(slots_text(slots))
     if run.peak_pinned_bytes is not None:
         extra.append(f"peak pinned {fmt.byte_size(run.peak_pinned_bytes)}")
     extra.append(f"peak running {run.peak_running}")
@@ -133,15 +174,22 @@ def render_console(result: SimulationResult, console: Console) -> None:
     """Print the summary of ``result`` to ``console``."""
     r = result
     console.print(_headline(r))
+    if r.trace.tokenizer_warning is not None:
+        console.print(f"[yellow]warning: {r.trace.tokenizer_warning}[/]")
     console.print(
         f"KV pool: {capacity_line(r)} · arrivals: {r.replay.arrivals}"
         + f" · run times: {fmt.count(r.replay.num_trace_run_times)} from the trace, rest modelled"
     )
     console.print(_engines_table(r))
+    console.print(f"[dim]{LEGEND}[/]")
     if r.ideal is not None:
         console.print(_ideal_line(r.ideal))
     for run in r.engines:
         console.print(_details_line(run))
+    for run in r.engines:
+        verdict = saturation_text(run)
+        if verdict is not None:
+            console.print(f"[yellow]{verdict}[/]")
     for run in r.engines:
         if run.vs_reported is not None:
             console.print(_vs_reported_line(run.engine, run.vs_reported))

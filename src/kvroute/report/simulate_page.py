@@ -19,7 +19,7 @@ from kvroute.report.html import (
     Section,
     Table,
 )
-from kvroute.report.simulate_console import capacity_line
+from kvroute.report.simulate_console import capacity_line, saturation_text
 from kvroute.report.simulate_validation import validation_section
 from kvroute.report.svg import Bars, RefLine, Series, bar_chart, line_chart
 from kvroute.validate.result import ValidationResult
@@ -84,7 +84,9 @@ def _best_callout(r: SimulationResult) -> Callout | None:
     engines = r.engines
     if not engines:
         return None
-    best = max(engines, key=lambda e: e.hit_ratio)
+    # A saturated engine's hit ratio is a backlog's: it cannot be the one to pick.
+    keeping_up = [e for e in engines if e.saturation is None or not e.saturation.saturated]
+    best = max(keeping_up or engines, key=lambda e: e.hit_ratio)
     ideal_text = (
         f" The ideal (infinite) cache would serve {fmt.percent(r.ideal.hit_ratio)}."
         if r.ideal is not None
@@ -125,9 +127,15 @@ def _run_facts(r: SimulationResult) -> KeyValues:
 
 def _lead(r: SimulationResult) -> list[Block]:
     lead: list[Block] = []
+    if r.trace.tokenizer_warning is not None:
+        lead.append(Callout(CalloutKind.WARN, "Wrong tokenizer?", r.trace.tokenizer_warning))
     best = _best_callout(r)
     if best is not None:
         lead.append(best)
+    for run in r.engines:
+        verdict = saturation_text(run)
+        if verdict is not None:
+            lead.append(Callout(CalloutKind.WARN, f"{run.engine} is saturated", verdict))
     lead.append(_run_facts(r))
     for note in r.notes:
         lead.append(Callout(CalloutKind.WARN, "Note", note))
@@ -160,7 +168,8 @@ def _hit_row(e: EngineRun) -> list[str]:
         + ("" if e.peak_pinned_bytes is None else f" ({fmt.byte_size(e.peak_pinned_bytes)})"),
         str(e.peak_running),
         fmt.count(e.num_rejected),
-        "n/a" if e.wait_s.p90 is None else fmt.duration(e.wait_s.p90),
+        ("n/a" if e.wait_s.p90 is None else fmt.duration(e.wait_s.p90))
+        + (" (saturated)" if e.saturation is not None and e.saturation.saturated else ""),
     ]
 
 
@@ -247,6 +256,8 @@ def _memory_section(engines: list[EngineRun]) -> Section:
 def _sweep_section(r: SimulationResult) -> Section:
     """Hit ratio against KV pool size, one line per engine, the ideal dashed."""
     refs = [] if r.ideal is None else [RefLine(r.ideal.hit_ratio, "ideal")]
+    pool = r.capacity.tokens
+    marks = [] if pool is None else [RefLine(pool, f"simulated pool {fmt.capacity(pool)}")]
     chart = line_chart(
         [Series(c.engine, c.capacity_tokens, c.hit_ratio) for c in r.sweep],
         title="Hit ratio vs KV capacity",
@@ -256,12 +267,14 @@ def _sweep_section(r: SimulationResult) -> Section:
         percent_y=True,
         y_min=0,
         hlines=refs,
+        vlines=marks,
     )
     return Section(
         "Hit ratio vs KV capacity",
         [
             Paragraph(
-                "Each engine replayed at each KV pool size; the dashed line is the ideal cache."
+                "Each engine replayed at each KV pool size; the dashed lines are the ideal "
+                "cache and the pool simulated above."
             ),
             Chart(chart),
         ],

@@ -10,7 +10,8 @@ STYLESHEET = """
 *{box-sizing:border-box}
 body{margin:0;background:#fff;color:var(--ink);
 font:15px/1.55 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif}
-.page{max-width:980px;margin:0 auto;padding:32px 24px 40px}
+.page{max-width:1240px;margin:0 auto;padding:32px 24px 40px}
+.page p,.page dl,.callout{max-width:980px}
 h1{font-size:28px;line-height:1.25;margin:0 0 4px}
 .subtitle{color:var(--muted);margin:0 0 8px}
 h2{font-size:21px;margin:40px 0 12px;padding-bottom:6px;border-bottom:1px solid var(--line)}
@@ -24,10 +25,11 @@ nav.toc ol{margin:0;padding-left:22px;columns:2;column-gap:32px}
 nav.toc li{break-inside:avoid}
 .table-wrap{overflow-x:auto;margin:12px 0 20px}
 table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}
-th,td{padding:6px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+th,td{padding:6px 8px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
 thead th{background:var(--soft);font-weight:600;border-bottom:2px solid var(--line)}
 tbody tr:nth-child(even){background:#fafbfc}
 .r{text-align:right}.c{text-align:center}
+td.r{white-space:nowrap}
 td.empty{color:var(--muted);text-align:center;font-style:italic}
 caption{caption-side:bottom;color:var(--muted);font-size:13px;text-align:left;padding-top:6px}
 table.kv{width:auto;min-width:50%}

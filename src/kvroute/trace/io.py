@@ -28,11 +28,32 @@ class ReadStats:
     num_skipped: int = 0
     bytes_read: int = 0
     first_problems: list[str] = field(default_factory=list)
+    skipped_lines: list[int] = field(default_factory=list)
+    """Line numbers of the first ``MAX_SKIPPED_LINES`` skipped records."""
 
     def skip(self, err: InputError) -> None:
         self.num_skipped += 1
         if len(self.first_problems) < 5:
             self.first_problems.append(str(err))
+        if err.line is not None and len(self.skipped_lines) < MAX_SKIPPED_LINES:
+            self.skipped_lines.append(err.line)
+
+    def skipped_text(self, path: str, name: str) -> str | None:
+        """``skipped 2 invalid records (lines 6, 7), e.g. <the first problem>``, with
+        ``path`` written as ``name`` (``-`` for stdin); None when nothing was skipped."""
+        if not self.num_skipped:
+            return None
+        lines = ", ".join(str(n) for n in self.skipped_lines)
+        more = "" if self.num_skipped <= len(self.skipped_lines) else ", ..."
+        where = f" (line{'' if self.num_skipped == 1 else 's'} {lines}{more})" if lines else ""
+        first = self.first_problems[0].replace(path, name) if self.first_problems else ""
+        noun = "record" if self.num_skipped == 1 else "records"
+        return f"skipped {self.num_skipped:,} invalid {noun}{where}" + (
+            f", e.g. {first}" if first else ""
+        )
+
+
+MAX_SKIPPED_LINES = 20
 
 
 def open_text(path: Path) -> IO[str]:

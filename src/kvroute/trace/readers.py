@@ -82,6 +82,16 @@ def detect_format(path: Path) -> str:
     )
 
 
+def _forced_format_hint(path: Path, forced: str) -> str:
+    try:
+        detected: str | None = detect_format(path)
+    except InputError:
+        detected = None
+    if detected is not None and detected != forced:
+        return f"the file looks like a {detected} trace: drop --format {forced} (or pass --format {detected})"
+    return f"is it a {forced} trace? drop --format to detect the format, or fix the record"
+
+
 def read_trace(
     path: Path,
     format_name: str | None = None,
@@ -123,7 +133,13 @@ def read_trace(
                 err.hint = exc.hint
                 raise err from None
             if not skip_invalid:
-                err.hint = "fix the record or pass --skip-invalid to count and skip such records"
+                # A forced format failing on the first record is most likely the wrong
+                # format, not a bad record: skipping would skip the whole file.
+                err.hint = (
+                    _forced_format_hint(path, name)
+                    if format_name is not None and num_yielded == 0
+                    else "fix the record or pass --skip-invalid to count and skip such records"
+                )
                 raise err from None
             st.skip(err)
             continue
@@ -133,4 +149,8 @@ def read_trace(
             yield req
     if num_yielded == 0:
         detail = f" ({st.num_skipped} invalid records skipped)" if st.num_skipped else ""
-        raise EmptyTraceError(f"no usable request in the {name} trace{detail}", path=str(path))
+        raise EmptyTraceError(
+            f"no usable request in the {name} trace{detail}",
+            path=str(path),
+            hint=_forced_format_hint(path, name) if format_name and st.num_skipped else None,
+        )

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kvroute.bench.workloads.params import check
 from kvroute.bench.workloads.text import TextSource
 from kvroute.trace.tokenizer import ChatTokenizer
 
@@ -158,7 +159,26 @@ def prompt_lengths(tokenizer: ChatTokenizer, drafts: Sequence[Draft]) -> list[in
     return [sizes[i] for i in range(len(drafts))]
 
 
-def fit_shared_system(ctx: GenContext, drafts: Sequence[Draft], head: str, overlap: float) -> None:
+PROMPT_TOKENS_TOLERANCE = 0.1
+"""``prompt_tokens`` is the generated set's mean prompt within this share (tested)."""
+
+
+def own_tokens(prompt_tokens: int, overlap: float, num_requests: int) -> int:
+    """Tokens of each prompt outside the shared prefix, so that a set of ``num_requests``
+    with an ideal overlap of ``overlap`` has a mean prompt of ``prompt_tokens``.
+
+    The first request reuses nothing, so the shared prefix ``s`` must satisfy
+    ``k s = overlap L`` with ``k = (N - 1) / N``: it is ``overlap L / k``, longer than
+    ``overlap L`` for small sets, and what is left of ``L`` is the requests' own. Sizing
+    the own parts as ``(1 - overlap) L`` instead lets :func:`fit_shared_system` grow the
+    shared prefix past the target mean (a 391-token mean for 256 at N = 8).
+    """
+    k = (num_requests - 1) / max(1, num_requests)
+    shared = overlap * prompt_tokens / k if k > overlap else overlap * prompt_tokens
+    return max(0, round(prompt_tokens - shared))
+
+
+def fit_shared_system(ctx: GenContext, drafts: Sequence[Draft], head: str, overlap: float) -> float:
     """Make every draft's system message ``head`` plus filler, sized so that the ideal
     prefix overlap of the drafts (what ``kvroute analyze`` reports) is ``overlap``.
 
@@ -167,7 +187,8 @@ def fit_shared_system(ctx: GenContext, drafts: Sequence[Draft], head: str, overl
     ``head`` alone (template headers included), ``L0`` the mean prompt with ``head``
     alone, and ``k = (N - 1) / N`` (the first request reuses nothing), the filler has
     ``s`` tokens where ``k (h + s) = overlap (L0 + s)``. Mutates the drafts' bodies.
-    Targets below what the template alone shares get no filler.
+    Targets below what the template alone shares get no filler. Returns the drafts'
+    mean prompt length now (``L0 + s``, give or take the filler's token or two).
     """
     for d in drafts:
         d.body["messages"][0]["content"] = head
@@ -187,6 +208,71 @@ def fit_shared_system(ctx: GenContext, drafts: Sequence[Draft], head: str, overl
         system = head + ctx.sized_text(filler)
         for d in drafts:
             d.body["messages"][0]["content"] = system
+    return mean0 + max(filler, 0)
+
+
+class SharedPrefixWorkload(Protocol):
+    """A workload whose requests are one shared system message (``head`` plus filler)
+    followed by parts of their own, sized by a mean prompt and a target overlap."""
+
+    @property
+    def prompt_tokens(self) -> int: ...
+
+    @property
+    def overlap(self) -> float: ...
+
+    def drafts(self, own_tokens: int, num_requests: int, ctx: GenContext, head: str) -> list[Draft]:
+        """Requests whose own parts (after the system message ``head``) come to about
+        ``own_tokens`` tokens each."""
+        ...
+
+
+def fit_prompt_mean(
+    name: str, workload: SharedPrefixWorkload, num_requests: int, ctx: GenContext, head: str
+) -> list[Draft]:
+    """Drafts whose mean prompt is ``workload.prompt_tokens`` (within
+    ``PROMPT_TOKENS_TOLERANCE``) and whose ideal overlap is ``workload.overlap``. They are
+    built at :func:`own_tokens`'s budget, the shared prefix is fitted, and they are
+    rebuilt with the budget corrected by what the templates and minimum part sizes
+    added, twice at most.
+
+    Raises :class:`UsageError` when the mean is too short for the parts every request
+    has of its own at this overlap. A set too small for the overlap (``N`` requests
+    share at most ``(N-1)/N``: the first reuses nothing) meets neither target.
+    """
+    prompt_tokens, overlap = workload.prompt_tokens, workload.overlap
+    k = (num_requests - 1) / max(1, num_requests)
+    if overlap > 0 and k <= overlap:
+        # Too few requests to reach the overlap at all (the first reuses nothing): no
+        # filler fits, so the mean cannot be steered either. A mix's smallest components
+        # end up here; their share of the mix is small.
+        drafts = workload.drafts(round((1 - overlap) * prompt_tokens), num_requests, ctx, head)
+        fit_shared_system(ctx, drafts, head, overlap)
+        return drafts
+    budget = own_tokens(prompt_tokens, overlap, num_requests)
+    tolerance = PROMPT_TOKENS_TOLERANCE * prompt_tokens
+    shortest = float("inf")
+    for _ in range(3):
+        drafts = workload.drafts(budget, num_requests, ctx, head)
+        mean = fit_shared_system(ctx, drafts, head, overlap)
+        shortest = min(shortest, mean)
+        if abs(mean - prompt_tokens) <= tolerance / 2:  # half: the rest is sampling noise
+            return drafts
+        # The mean moves by k / (k - overlap) per token of own part (the shared prefix
+        # grows with it to keep the overlap).
+        budget += round((prompt_tokens - mean) * (k - overlap) / max(k, 1e-9))
+        if budget < 1:
+            break
+    if abs(mean - prompt_tokens) <= tolerance:
+        return drafts
+    check(
+        mean <= prompt_tokens + tolerance,
+        f"{name}: prompt_tokens={prompt_tokens} is too short for overlap {overlap} at "
+        f"-n {num_requests}: the parts each request has of its own leave a mean of at "
+        f"least ~{round(shortest):,} tokens (raise prompt_tokens, lower overlap, or shorten "
+        f"those parts: `kvroute bench workloads {name}` lists them)",
+    )
+    return drafts
 
 
 def finish(

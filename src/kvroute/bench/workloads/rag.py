@@ -23,7 +23,7 @@ from kvroute.bench.workloads.base import (
     Draft,
     GenContext,
     finish,
-    fit_shared_system,
+    fit_prompt_mean,
     lognormal_len,
 )
 from kvroute.bench.workloads.params import check, param
@@ -47,15 +47,17 @@ class RagWorkload:
             "rag: num_chunks and pool_docs must be ≥ 1",
         )
         check(self.prompt_tokens >= 64, "rag: prompt_tokens must be ≥ 64")
-        text = ctx.text
         head = (
             "You answer questions using only the retrieved documents in the user message. "
             "Cite documents by number. If they do not contain the answer, say so. "
         )
-        shared_tokens = round(self.overlap * self.prompt_tokens)
-        unique_tokens = max(
-            16, self.prompt_tokens - shared_tokens - self.question_tokens - 6 * self.num_chunks
-        )
+        drafts = fit_prompt_mean("rag", self, num_requests, ctx, head)
+        return finish("rag", drafts, ctx.tokenizer)
+
+    def drafts(self, own_tokens: int, num_requests: int, ctx: GenContext, head: str) -> list[Draft]:
+        """Requests whose user messages come to about ``own`` tokens each."""
+        text = ctx.text
+        unique_tokens = max(16, own_tokens - self.question_tokens - 6 * self.num_chunks)
         chunk_tokens = max(8, unique_tokens // self.num_chunks)
         pool = [text.tokens(chunk_tokens) for _ in range(self.pool_docs)]
         drafts = []
@@ -79,5 +81,4 @@ class RagWorkload:
                     max_tokens=self.output_tokens,
                 )
             )
-        fit_shared_system(ctx, drafts, head, self.overlap)
-        return finish("rag", drafts, ctx.tokenizer)
+        return drafts

@@ -22,7 +22,7 @@ from kvroute.bench.workloads.base import (
     GenContext,
     StructuredKind,
     finish,
-    fit_shared_system,
+    fit_prompt_mean,
     lognormal_len,
 )
 from kvroute.bench.workloads.params import check, param
@@ -47,16 +47,20 @@ class JsonWorkload:
         )
         check(0.0 <= self.overlap <= 0.95, "json: overlap must be in [0, 0.95]")
         check(0.0 <= self.tool_share <= 1.0, "json: tool_share must be in [0, 1]")
-        text, rng = ctx.text, ctx.rng
-        shared_tokens = max(8, round(self.overlap * self.prompt_tokens))
         head = "Extract the requested record from the text. Answer with JSON only. "
+        drafts = fit_prompt_mean("json", self, num_requests, ctx, head)
+        return finish("json", drafts, ctx.tokenizer)
+
+    def drafts(self, own_tokens: int, num_requests: int, ctx: GenContext, head: str) -> list[Draft]:
+        """Requests whose user messages (source text and schema) come to about ``own``
+        tokens each."""
+        text, rng = ctx.text, ctx.rng
         drafts = []
         for _ in range(num_requests):
             depth = int(rng.integers(self.min_depth, self.max_depth + 1))
             schema = make_schema(rng, depth, self.width)
             schema_text = "\n\nSchema: " + json.dumps(schema, separators=(",", ":"))
-            own = self.prompt_tokens - shared_tokens - ctx.num_tokens(schema_text)
-            n = lognormal_len(rng, max(8, own), 0.3, lo=8)
+            n = lognormal_len(rng, max(8, own_tokens - ctx.num_tokens(schema_text)), 0.3, lo=8)
             user = f"{text.tag('Source ')}: {text.tokens(n)}{schema_text}"
             body: dict[str, Any] = {
                 "messages": [{"role": "system", "content": head}, {"role": "user", "content": user}]
@@ -76,5 +80,4 @@ class JsonWorkload:
             drafts.append(
                 Draft(body=body, max_tokens=self.output_tokens, structured=kind, schema=schema)
             )
-        fit_shared_system(ctx, drafts, head, self.overlap)
-        return finish("json", drafts, ctx.tokenizer)
+        return drafts

@@ -47,3 +47,26 @@ def mismatched_models(tokenizer_name: str, models: dict[str, int]) -> dict[str, 
     belong to, most requests first."""
     other = {m: n for m, n in models.items() if not names_match(tokenizer_name, m)}
     return dict(sorted(other.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def tokenizer_warning(tokenizer_name: str | None, models: dict[str, int]) -> str | None:
+    """The warning every report carries (terminal, JSON, HTML; analyze and simulate)
+    when the trace's requests name models ``tokenizer_name`` does not plausibly belong
+    to: token counts, and so every overlap figure, are then not the engine's (a default
+    tokenizer's own system prompt even shows up as a shared prefix). None when they
+    match, or when nothing was tokenized here (``tokenizer_name`` None)."""
+    if tokenizer_name is None:
+        return None
+    other = mismatched_models(tokenizer_name, models)
+    if not other:
+        return None
+    named = ", ".join(
+        f"{m} ({n:,} request{'' if n == 1 else 's'})" for m, n in list(other.items())[:3]
+    )
+    more = f" and {len(other) - 3} more" if len(other) > 3 else ""
+    return (
+        f"token counts come from tokenizer {tokenizer_name}, but the trace's requests are for "
+        f"{named}{more}: prompt lengths and shared prefixes are another model's; pass the "
+        "model's tokenizer with --tokenizer PATH (a .gguf file or a Hugging Face tokenizer "
+        "directory)"
+    )

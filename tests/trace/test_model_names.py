@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvroute.analyze.model_names import mismatched_models, name_parts, names_match
+from kvroute.trace.model_names import mismatched_models, name_parts, names_match
 
 SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1"
 
@@ -41,3 +41,14 @@ def test_name_parts_strip_org_extension_and_quantisation() -> None:
 def test_mismatched_models_most_requests_first() -> None:
     models = {"smollm2-135m-instruct": 5, "gpt-4o": 2, "claude": 9}
     assert list(mismatched_models(SMOL_GGUF, models).items()) == [("claude", 9), ("gpt-4o", 2)]
+
+
+def test_the_tokenizer_warning_names_the_other_models_and_the_fix() -> None:
+    from kvroute.trace.model_names import tokenizer_warning
+
+    text = tokenizer_warning("SmolLM2-135M-Instruct", {"llama-3.1-8b": 40, "smollm2-135m": 1})
+    assert text is not None
+    assert "tokenizer SmolLM2-135M-Instruct" in text and "llama-3.1-8b (40 requests)" in text
+    assert "--tokenizer PATH" in text and "smollm2" not in text
+    assert tokenizer_warning("SmolLM2-135M-Instruct", {"SmolLM2-135M-Instruct": 3}) is None
+    assert tokenizer_warning(None, {"llama-3.1-8b": 3}) is None  # nothing tokenized here
