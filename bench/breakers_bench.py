@@ -13,37 +13,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from kvroute.analyze.breaker_cost import ideal_hit_ratio, measure_breakers
-from kvroute.trace.planted import PLANTED_KINDS, planted_logs, with_tools_template
-from kvroute.trace.readers import read_trace
-from kvroute.trace.records import ChatPrompt, Prompt, Request, TextPrompt
+from kvroute.trace.planted import PLANTED_KINDS, as_requests, planted_logs, with_tools_template
+from kvroute.trace.records import ChatPrompt, Prompt, TextPrompt
 from kvroute.trace.synthetic import sample_log
-from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
-from kvroute.types import TokenIds
+from kvroute.trace.tokenize import encode_prompt
+from kvroute.trace.tokenizer import load_tokenizer
 
 
-def _read(records: list[dict[str, Any]], tmp: Path) -> list[Request]:
-    path = tmp / "log.jsonl"
-    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
-    return list(read_trace(path, "openai"))
-
-
-def _encoder(tok: ChatTokenizer) -> Callable[[Prompt], TokenIds]:
-    def encode(p: Prompt) -> TokenIds:
-        if isinstance(p, ChatPrompt):
-            return tok.encode_chat(p.messages, p.tools)
-        assert isinstance(p, TextPrompt)
-        return tok.encode(p.text)
-
-    return encode
+def _text_prompt(p: Prompt) -> ChatPrompt | TextPrompt:
+    assert isinstance(p, ChatPrompt | TextPrompt)
+    return p
 
 
 def main() -> None:
@@ -53,55 +38,50 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).with_name("breakers_results.json")))
     args = ap.parse_args()
     tok = with_tools_template(load_tokenizer(None))
-    encode = _encoder(tok)
+    encode = partial(encode_prompt, tok)
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        cases: list[tuple[str, int, list[dict[str, Any]], list[dict[str, Any]] | None]] = []
-        for seed in range(args.seeds):
-            for kind in PLANTED_KINDS:
-                logs = planted_logs(kind, args.requests, seed=seed)
-                cases.append((kind, seed, logs.broken, logs.fixed))
-            cases.append(
-                ("none", seed, planted_logs("none", args.requests, seed=seed).broken, None)
+    cases: list[tuple[str, int, list[dict[str, Any]], list[dict[str, Any]] | None]] = []
+    for seed in range(args.seeds):
+        for kind in PLANTED_KINDS:
+            logs = planted_logs(kind, args.requests, seed=seed)
+            cases.append((kind, seed, logs.broken, logs.fixed))
+        cases.append(("none", seed, planted_logs("none", args.requests, seed=seed).broken, None))
+        cases.append(("sample", seed, list(sample_log(600, seed=seed)), None))
+    for kind, seed, broken, fixed in cases:
+        reqs = as_requests(broken)
+        t0 = time.perf_counter()
+        res = measure_breakers(reqs, None, encode)
+        took = time.perf_counter() - t0
+        kinds = [f.kind.value for f in res.findings]
+        hit = [f for f in res.findings if f.kind.value == kind]
+        row: dict[str, Any] = {
+            "planted": kind,
+            "seed": seed,
+            "num_requests": len(reqs),
+            "found_kinds": kinds,
+            "detected": bool(hit),
+            "false_findings": sum(1 for k in kinds if k != kind),
+            "ideal_before": res.ideal_hit_before,
+            "breakers_s": took,
+        }
+        if fixed is not None:
+            fixed_ids = [encode(_text_prompt(r.prompt)) for r in as_requests(fixed)]
+            row["ideal_fixed_trace"] = ideal_hit_ratio(fixed_ids)
+            row["predicted_after"] = hit[0].ideal_hit_after if hit else None
+            row["predicted_after_all"] = res.ideal_hit_after_all
+            if hit:
+                row["error_pp"] = 100 * (hit[0].ideal_hit_after - row["ideal_fixed_trace"])
+        rows.append(row)
+        print(
+            f"{kind:20s} seed {seed}  found {kinds}  before {res.ideal_hit_before:6.1%}"
+            + (
+                f"  predicted {row['predicted_after']:.1%}  fixed trace {row['ideal_fixed_trace']:.1%}"
+                if row.get("predicted_after") is not None
+                else ""
             )
-            cases.append(("sample", seed, list(sample_log(600, seed=seed)), None))
-        for kind, seed, broken, fixed in cases:
-            reqs = _read(broken, tmp)
-            ids = [encode(r.prompt) for r in reqs]
-            t0 = time.perf_counter()
-            res = measure_breakers(reqs, ids, encode)
-            took = time.perf_counter() - t0
-            kinds = [f.kind.value for f in res.findings]
-            hit = [f for f in res.findings if f.kind.value == kind]
-            row: dict[str, Any] = {
-                "planted": kind,
-                "seed": seed,
-                "num_requests": len(reqs),
-                "found_kinds": kinds,
-                "detected": bool(hit),
-                "false_findings": sum(1 for k in kinds if k != kind),
-                "ideal_before": res.ideal_hit_before,
-                "breakers_s": took,
-            }
-            if fixed is not None:
-                fixed_ids = [encode(r.prompt) for r in _read(fixed, tmp)]
-                row["ideal_fixed_trace"] = ideal_hit_ratio(fixed_ids)
-                row["predicted_after"] = hit[0].ideal_hit_after if hit else None
-                row["predicted_after_all"] = res.ideal_hit_after_all
-                if hit:
-                    row["error_pp"] = 100 * (hit[0].ideal_hit_after - row["ideal_fixed_trace"])
-            rows.append(row)
-            print(
-                f"{kind:20s} seed {seed}  found {kinds}  before {res.ideal_hit_before:6.1%}"
-                + (
-                    f"  predicted {row['predicted_after']:.1%}  fixed trace {row['ideal_fixed_trace']:.1%}"
-                    if row.get("predicted_after") is not None
-                    else ""
-                )
-                + f"  ({took:.2f} s)"
-            )
+            + f"  ({took:.2f} s)"
+        )
     planted = [r for r in rows if r["planted"] not in ("none", "sample")]
     healthy = [r for r in rows if r["planted"] in ("none", "sample")]
     errors = [abs(r["error_pp"]) for r in planted if "error_pp" in r]

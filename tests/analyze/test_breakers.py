@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from functools import partial
 from typing import Any
 
-import orjson
 import pytest
 
 from kvroute.analyze.breaker_cost import BreakersResult, ideal_hit_ratio, measure_breakers
 from kvroute.analyze.breaker_kinds import BreakerKind, classify_values
 from kvroute.analyze.breakers import find_candidates
-from kvroute.trace.planted import PLANTED_KINDS, planted_logs, with_tools_template
-from kvroute.trace.readers import read_trace
+from kvroute.trace.planted import PLANTED_KINDS, as_requests, planted_logs, with_tools_template
 from kvroute.trace.records import ChatPrompt, Prompt, Request, TextPrompt
 from kvroute.trace.synthetic import sample_log, sample_text
+from kvroute.trace.tokenize import encode_prompt
 from kvroute.trace.tokenizer import ChatTokenizer, default_model_path, load_tokenizer
-from kvroute.types import TokenIds
 
 
 @pytest.fixture(scope="module")
@@ -31,30 +29,25 @@ def tool_tok(smol: ChatTokenizer) -> ChatTokenizer:
     return with_tools_template(smol)
 
 
-def _read(records: list[dict[str, Any]], tmp_path: Path, name: str = "log.jsonl") -> list[Request]:
-    path = tmp_path / name
-    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
-    return list(read_trace(path, "openai"))
-
-
-def _encode(tok: ChatTokenizer, p: Prompt) -> TokenIds:
-    if isinstance(p, ChatPrompt):
-        return tok.encode_chat(p.messages, p.tools)
-    assert isinstance(p, TextPrompt)
-    return tok.encode(p.text)
-
-
 def _measure(reqs: list[Request], tok: ChatTokenizer, **kw: Any) -> BreakersResult:
-    ids = [_encode(tok, r.prompt) for r in reqs]
-    return measure_breakers(reqs, ids, lambda p: _encode(tok, p), **kw)
+    return measure_breakers(reqs, None, partial(encode_prompt, tok), **kw)
+
+
+def _ideal(records: list[dict[str, Any]], tok: ChatTokenizer) -> float:
+    return ideal_hit_ratio(
+        [encode_prompt(tok, _text_prompt(r.prompt)) for r in as_requests(records)]
+    )
+
+
+def _text_prompt(p: Prompt) -> ChatPrompt | TextPrompt:
+    assert isinstance(p, ChatPrompt | TextPrompt)
+    return p
 
 
 @pytest.mark.parametrize("kind", PLANTED_KINDS)
-def test_planted_kind_is_found_and_its_fix_predicted(
-    kind: str, tool_tok: ChatTokenizer, tmp_path: Path
-) -> None:
+def test_planted_kind_is_found_and_its_fix_predicted(kind: str, tool_tok: ChatTokenizer) -> None:
     logs = planted_logs(kind, 120, seed=3)
-    res = _measure(_read(logs.broken, tmp_path), tool_tok)
+    res = _measure(as_requests(logs.broken), tool_tok)
     assert [f.kind.value for f in res.findings] == [kind]
     (f,) = res.findings
     field = "tools" if kind.startswith("tool_") else "messages[0].content (system)"
@@ -63,13 +56,12 @@ def test_planted_kind_is_found_and_its_fix_predicted(
     assert f.ideal_hit_after > f.ideal_hit_before + 0.005
     assert f.examples and f.context_after is not None
     assert f.token_position > 0
-    fixed = [_encode(tool_tok, r.prompt) for r in _read(logs.fixed, tmp_path, "fixed.jsonl")]
     # The replayed fix is within one point of the trace fixed by hand.
-    assert abs(f.ideal_hit_after - ideal_hit_ratio(fixed)) < 0.01
+    assert abs(f.ideal_hit_after - _ideal(logs.fixed, tool_tok)) < 0.01
 
 
-def test_timestamp_finding_names_position_and_text(tool_tok: ChatTokenizer, tmp_path: Path) -> None:
-    reqs = _read(planted_logs("timestamp", 60, seed=1).broken, tmp_path)
+def test_timestamp_finding_names_position_and_text(tool_tok: ChatTokenizer) -> None:
+    reqs = as_requests(planted_logs("timestamp", 60, seed=1).broken)
     (f,) = _measure(reqs, tool_tok).findings
     assert f.char_offset == len("Current time: ")
     assert f.context_before == "Current time: "
@@ -83,25 +75,24 @@ def test_timestamp_finding_names_position_and_text(tool_tok: ChatTokenizer, tmp_
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_healthy_logs_have_no_findings(seed: int, tool_tok: ChatTokenizer, tmp_path: Path) -> None:
+def test_healthy_logs_have_no_findings(seed: int, tool_tok: ChatTokenizer) -> None:
     assert (
-        _measure(_read(planted_logs("none", 150, seed=seed).broken, tmp_path), tool_tok).findings
-        == []
+        _measure(as_requests(planted_logs("none", 150, seed=seed).broken), tool_tok).findings == []
     )
-    sample = _read(list(sample_log(400, seed=seed)), tmp_path, "sample.jsonl")
+    sample = as_requests(list(sample_log(400, seed=seed)))
     assert _measure(sample, tool_tok).findings == []
 
 
-def test_no_text_keeps_prompt_text_out(tool_tok: ChatTokenizer, tmp_path: Path) -> None:
-    reqs = _read(planted_logs("uuid", 60, seed=2).broken, tmp_path)
+def test_no_text_keeps_prompt_text_out(tool_tok: ChatTokenizer) -> None:
+    reqs = as_requests(planted_logs("uuid", 60, seed=2).broken)
     (f,) = _measure(reqs, tool_tok, with_text=False).findings
     assert f.examples is None and f.context_before is None and f.context_after is None
 
 
-def test_tools_a_template_drops_cost_nothing(smol: ChatTokenizer, tmp_path: Path) -> None:
+def test_tools_a_template_drops_cost_nothing(smol: ChatTokenizer) -> None:
     """SmolLM2's template does not render tools: their order cannot break its cache, so
     the candidate is found but not reported."""
-    reqs = _read(planted_logs("tool_order", 80, seed=0).broken, tmp_path)
+    reqs = as_requests(planted_logs("tool_order", 80, seed=0).broken)
     res = _measure(reqs, smol)
     assert res.num_candidates >= 1
     assert res.findings == []

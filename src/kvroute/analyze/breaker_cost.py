@@ -20,10 +20,10 @@ from kvroute.analyze.breaker_kinds import BreakerKind, suggested_fix
 from kvroute.analyze.breakers import Candidate, FieldRef, field_texts, find_candidates, with_field
 from kvroute.analyze.prefix_index import PrefixIndex
 from kvroute.trace.hashing import chain_hashes
-from kvroute.trace.records import Prompt, Request
+from kvroute.trace.records import ChatPrompt, Prompt, Request, TextPrompt
 from kvroute.types import TokenIds
 
-Encode = Callable[[Prompt], TokenIds]
+Encode = Callable[[ChatPrompt | TextPrompt], TokenIds]
 EngineReplay = Callable[[list[TokenIds]], dict[str, float]]
 """Token ids per request (trace order) -> simulated hit ratio per engine."""
 
@@ -119,7 +119,7 @@ def _apply(
     out = list(token_ids)
     for i in indices:
         fixed = _fixed_prompt(requests[i].prompt, fixes)
-        if fixed is not requests[i].prompt:
+        if fixed is not requests[i].prompt and isinstance(fixed, ChatPrompt | TextPrompt):
             out[i] = encode(fixed)
     return out
 
@@ -140,7 +140,7 @@ def _combined_fix(cands: list[Candidate]) -> Callable[[str], str]:
 
 def measure_breakers(
     requests: Sequence[Request],
-    token_ids: Sequence[TokenIds],
+    token_ids: Sequence[TokenIds] | None,
     encode: Encode,
     *,
     block_size_tokens: int = 16,
@@ -151,7 +151,15 @@ def measure_breakers(
 ) -> BreakersResult:
     """Find the breakers in ``requests`` (chat or text prompts, trace order) whose
     prompts encode to ``token_ids``, and measure each fix. ``replay`` adds per-engine
-    figures (at ``capacity_tokens``, reported as given)."""
+    figures (at ``capacity_tokens``, reported as given). ``token_ids=None``: encode
+    every prompt with ``encode`` first. Token and block prompts carry no text: they
+    are never candidates."""
+    if token_ids is None:
+        token_ids = [
+            encode(r.prompt) for r in requests if isinstance(r.prompt, ChatPrompt | TextPrompt)
+        ]
+        if len(token_ids) != len(requests):
+            raise ValueError("token_ids=None needs chat or text prompts only")
     cands = find_candidates([r.prompt for r in requests], [r.user_id for r in requests])
     before = ideal_hit_ratio(token_ids, block_size_tokens)
     engines_before = replay(list(token_ids)) if replay is not None else {}

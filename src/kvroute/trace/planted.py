@@ -19,6 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from kvroute.trace.formats.base import ReadOptions
+from kvroute.trace.formats.openai_log import OpenAILogFormat
+from kvroute.trace.records import Request
 from kvroute.trace.synthetic import sample_text
 from kvroute.trace.tokenizer import ChatTokenizer
 
@@ -122,6 +125,12 @@ class _App:
             )
             return [first, *self.tools[1:]], self.tools
         return self.tools, self.tools
+
+
+def as_requests(records: list[dict[str, Any]]) -> list[Request]:
+    """The records as the ``openai`` reader reads them from a file."""
+    fmt = OpenAILogFormat()
+    return [r for i, rec in enumerate(records) for r in fmt.parse(rec, i, i + 1, ReadOptions())]
 
 
 def planted_logs(
