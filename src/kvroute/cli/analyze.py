@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from itertools import chain
 from pathlib import Path
@@ -16,13 +17,19 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from kvroute.analyze.model_names import mismatched_models
 from kvroute.analyze.result import AnalysisResult
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
+from kvroute.cache.capacity import parse_size
+from kvroute.cli.analyze_breakers import KeptPrompts, find_breakers
 from kvroute.cli.console import make_console
 from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, writes_stdout
 from kvroute.cli.trace_input import TraceInput, open_trace, trace_inputs
+from kvroute.report import fmt
 from kvroute.trace.formats.base import ReadOptions
 from kvroute.trace.io import ReadStats
 from kvroute.trace.readers import detect_format, read_trace, trace_formats
 from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
+
+EXIT_BELOW_THRESHOLD = 6
+"""Exit status of ``--fail-under`` when the prefix overlap is below the threshold."""
 
 
 @click.command("analyze")
@@ -80,6 +87,26 @@ from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed for the pairwise sample."
 )
+@click.option(
+    "--no-breakers",
+    is_flag=True,
+    help="Skip the cache-breaker pass (per-request content inside shared prefixes).",
+)
+@click.option(
+    "--capacity-tokens",
+    "capacity_text",
+    default="256Ki",
+    show_default=True,
+    help="KV pool of the per-engine before/after figures of the cache breakers (64k is "
+    "64,000, 64Ki is 65,536; 'none': ideal figures only).",
+)
+@click.option(
+    "--fail-under",
+    "fail_under",
+    type=click.FloatRange(min=0, max=100),
+    help=f"Exit {EXIT_BELOW_THRESHOLD} when the prefix overlap (the headline figure) is "
+    "below this percentage, after writing every report: for CI on prompt changes.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary or progress bar.")
 def analyze_cmd(
     trace: Path,
@@ -93,6 +120,9 @@ def analyze_cmd(
     top_groups: int,
     workers: int | None,
     seed: int,
+    no_breakers: bool,
+    capacity_text: str,
+    fail_under: float | None,
     quiet: bool,
 ) -> None:
     """Measure how much of TRACE's prompts share a prefix, and how long.
@@ -112,6 +142,11 @@ def analyze_cmd(
       reuse distance    ideal LRU hit ratio vs KV cache capacity
     """
     check_outputs({"--json": json_path, "--html": html_path}, inputs=trace_inputs(trace))
+    capacity_tokens = (
+        None
+        if capacity_text.lower() == "none"
+        else parse_size(capacity_text, what="--capacity-tokens")
+    )
     console = make_console(stderr=writes_stdout(json_path, html_path))
     stats = ReadStats()
     with open_trace(trace) as source:
@@ -126,6 +161,7 @@ def analyze_cmd(
             with_text=not no_text,
             workers=workers,
             console=console if not quiet else None,
+            breakers=None if no_breakers else BreakerOptions(capacity_tokens),
         )
         problem = (
             stats.first_problems[0].replace(str(source.path), source.name)
@@ -152,6 +188,16 @@ def analyze_cmd(
         emit_page(html_path, analysis_page(result, datetime.now(UTC)))
         if html_path != STDOUT and not quiet:
             console.print(f"wrote {html_path}")
+    if fail_under is not None and result.overlap.hit_ratio * 100 < fail_under:
+        found = len(result.breakers.findings) if result.breakers is not None else 0
+        click.secho(
+            f"fail-under: prefix overlap {fmt.percent(result.overlap.hit_ratio)} is below "
+            f"{fail_under:g} %"
+            + (f"; {found} cache breaker(s) found, see the report" if found else ""),
+            fg="red",
+            err=True,
+        )
+        raise click.exceptions.Exit(EXIT_BELOW_THRESHOLD)
 
 
 def _warn_tokenizer_mismatch(result: AnalysisResult) -> None:
@@ -186,9 +232,11 @@ def _analyze(
     with_text: bool,
     workers: int | None,
     console: Console | None,
+    breakers: BreakerOptions | None,
 ) -> AnalysisResult:
     """Read, tokenize (unless the trace holds tokens or hashes) and analyze the trace,
-    with a progress bar on ``console``; ``stats`` counts what was read and skipped."""
+    with a progress bar on ``console``; ``stats`` counts what was read and skipped.
+    With ``breakers``, the first requests' text is kept and searched for cache breakers."""
     trace = source.path
     fmt_name = format_name or detect_format(trace)
     requests = read_trace(
@@ -203,12 +251,17 @@ def _analyze(
     first = next(requests)
     tok = None
     stream: Iterator[Request] = chain([first], requests)
+    kept = KeptPrompts() if breakers is not None else None
     if not isinstance(first.prompt, BlockPrompt | TokenPrompt):
         from kvroute.trace.tokenize import tokenize_requests
         from kvroute.trace.tokenizer import load_tokenizer
 
         tok = load_tokenizer(tokenizer)
+        if kept is not None:
+            stream = kept.raw(stream)
         stream = tokenize_requests(stream, tokenizer, workers=workers)
+        if kept is not None:
+            stream = kept.tokens(stream)
     size = trace.stat().st_size if trace.suffix != ".gz" else None
     progress = Progress(
         SpinnerColumn(),
@@ -228,7 +281,7 @@ def _analyze(
 
         if block_size is not None:
             options = dataclasses.replace(options, block_size_tokens=block_size)
-        return analyze_requests(
+        result = analyze_requests(
             stream,
             trace_path=source.name,
             trace_format=fmt_name,
@@ -238,6 +291,27 @@ def _analyze(
             decode=tok.decode if with_text and tok is not None else None,
             progress=on_progress,
         )
+    if kept is None or tok is None or breakers is None:
+        return result
+    with _status(console, "looking for cache breakers"):
+        found = find_breakers(
+            kept,
+            tok,
+            block_size_tokens=options.block_size_tokens,
+            capacity_tokens=breakers.capacity_tokens,
+            with_text=with_text,
+        )
+    return dataclasses.replace(result, breakers=found)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BreakerOptions:
+    capacity_tokens: int | None
+    """KV pool of the per-engine figures (``None``: ideal figures only)."""
+
+
+def _status(console: Console | None, what: str) -> AbstractContextManager[object]:
+    return console.status(what) if console is not None else nullcontext()
 
 
 @click.command("sample")

@@ -1,7 +1,7 @@
 """The ``kvroute`` command. Every subcommand is registered here; errors are mapped once.
 
 Exit codes: 0 success, 1 unexpected failure, 2 usage error, 3 unreadable or invalid
-input, 4 tokenizer problem, 5 engine problem, 130 interrupted, 141 standard output
+input, 4 tokenizer problem, 5 engine problem, 6 analyze below ``--fail-under``, 130 interrupted, 141 standard output
 closed by its reader (``kvroute analyze t.jsonl | head -1``).
 """
 
