@@ -3,8 +3,8 @@
 For each planted kind (kvroute/trace/planted.py) and seed: is a finding of that kind
 reported (recall), are findings of other kinds reported (false findings), and how close
 is the predicted "after fix" ideal hit to the ideal hit of the log fixed by hand.
-Healthy logs (the planted generator with nothing planted, kvroute's own sample log)
-must give no finding at all. Prints a table and writes bench/breakers_results.json.
+Healthy logs (the planted generator with nothing planted, kvroute's own sample log,
+and the ``kvroute bench`` workloads) must give no finding at all. Prints a table and writes bench/breakers_results.json.
 
     .venv/bin/python bench/breakers_bench.py [--seeds 2] [--requests 240]
 """
@@ -19,11 +19,23 @@ from pathlib import Path
 from typing import Any
 
 from kvroute.analyze.breaker_cost import ideal_hit_ratio, measure_breakers
+from kvroute.bench.workloads.registry import generate
 from kvroute.trace.planted import PLANTED_KINDS, as_requests, planted_logs, with_tools_template
 from kvroute.trace.records import ChatPrompt, Prompt, TextPrompt
 from kvroute.trace.synthetic import sample_log
 from kvroute.trace.tokenize import encode_prompt
-from kvroute.trace.tokenizer import load_tokenizer
+from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
+
+HEALTHY_WORKLOADS = ("mix", "agent", "rag", "multiturn", "json", "code", "qa")
+"""``kvroute bench`` workloads: generated traffic with no breaker planted."""
+
+
+def _workload_log(name: str, tok: ChatTokenizer, seed: int) -> list[dict[str, Any]]:
+    """A ``kvroute bench`` workload's requests as an OpenAI request log."""
+    return [
+        {"session_id": r.session_id, "request": dict(r.body)}
+        for r in generate(name, 200, tok, seed=seed)
+    ]
 
 
 def _text_prompt(p: Prompt) -> ChatPrompt | TextPrompt:
@@ -37,7 +49,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=240)
     ap.add_argument("--out", default=str(Path(__file__).with_name("breakers_results.json")))
     args = ap.parse_args()
-    tok = with_tools_template(load_tokenizer(None))
+    base = load_tokenizer(None)
+    tok = with_tools_template(base)
     encode = partial(encode_prompt, tok)
     rows: list[dict[str, Any]] = []
     started = time.perf_counter()
@@ -48,6 +61,8 @@ def main() -> None:
             cases.append((kind, seed, logs.broken, logs.fixed))
         cases.append(("none", seed, planted_logs("none", args.requests, seed=seed).broken, None))
         cases.append(("sample", seed, list(sample_log(600, seed=seed)), None))
+        for name in HEALTHY_WORKLOADS:
+            cases.append((f"bench:{name}", seed, _workload_log(name, base, seed), None))
     for kind, seed, broken, fixed in cases:
         reqs = as_requests(broken)
         t0 = time.perf_counter()
@@ -82,8 +97,9 @@ def main() -> None:
             )
             + f"  ({took:.2f} s)"
         )
-    planted = [r for r in rows if r["planted"] not in ("none", "sample")]
-    healthy = [r for r in rows if r["planted"] in ("none", "sample")]
+    healthy_names = ("none", "sample", *(f"bench:{n}" for n in HEALTHY_WORKLOADS))
+    planted = [r for r in rows if r["planted"] not in healthy_names]
+    healthy = [r for r in rows if r["planted"] in healthy_names]
     errors = [abs(r["error_pp"]) for r in planted if "error_pp" in r]
     summary = {
         "recall": sum(r["detected"] for r in planted) / len(planted),

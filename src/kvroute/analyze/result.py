@@ -81,6 +81,17 @@ class Overlap:
     reported_cached_tokens: int | None
     """Sum of engine-reported cached tokens, when the log carries them."""
     reported_hit_ratio: float | None
+    warmup: str | None = None
+    """What ``--warmup`` left out of the headline, in words (``None``: nothing).
+
+    With a warm-up, ``prompt_tokens``, ``reusable_tokens``, ``hit_ratio``,
+    ``block_reusable_tokens`` and ``block_hit_ratio`` count the requests after it only
+    (measured against every earlier request, warm-up included); every other figure
+    counts the whole trace."""
+    num_warmup_requests: int = 0
+    cold_hit_ratio: float | None = None
+    """``hit_ratio`` over the whole trace, from an empty cache (with a warm-up only)."""
+    cold_block_hit_ratio: float | None = None
 
     def figures(self) -> list[tuple[str, float]]:
         """The two overlap rates, labelled: the trace's own (``hit_ratio``: token level,

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from kvroute.analyze.model_names import mismatched_models
 from kvroute.analyze.result import AnalysisResult
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
+from kvroute.analyze.warmup import parse_warmup
 from kvroute.cache.capacity import parse_size
 from kvroute.cli.analyze_breakers import KeptPrompts, find_breakers
 from kvroute.cli.console import make_console
@@ -88,6 +89,13 @@ EXIT_BELOW_THRESHOLD = 6
     "--seed", type=int, default=0, show_default=True, help="Seed for the pairwise sample."
 )
 @click.option(
+    "--warmup",
+    "warmup_text",
+    help="Leave the first requests out of the headline overlap, measuring the steady "
+    "state: a share of requests (50%) or a duration from the first arrival (10m, 600s). "
+    "They still fill the cache; the figure from an empty cache is shown too.",
+)
+@click.option(
     "--no-breakers",
     is_flag=True,
     help="Skip the cache-breaker pass (per-request content inside shared prefixes).",
@@ -120,6 +128,7 @@ def analyze_cmd(
     top_groups: int,
     workers: int | None,
     seed: int,
+    warmup_text: str | None,
     no_breakers: bool,
     capacity_text: str,
     fail_under: float | None,
@@ -156,7 +165,11 @@ def analyze_cmd(
             format_name=format_name,
             tokenizer=tokenizer,
             block_size=block_size,
-            options=AnalyzeOptions(top_groups=top_groups, seed=seed),
+            options=AnalyzeOptions(
+                top_groups=top_groups,
+                seed=seed,
+                warmup=parse_warmup(warmup_text) if warmup_text is not None else None,
+            ),
             skip_invalid=skip_invalid,
             with_text=not no_text,
             workers=workers,

@@ -106,6 +106,14 @@ def _lead(r: AnalysisResult) -> list[Block]:
                     ),
                 ),
                 *((f"prefix overlap ({k})", fmt.percent(x)) for k, x in ov.figures()),
+                *(
+                    [
+                        ("warm-up left out", f"{ov.warmup} ({fmt.count(ov.num_warmup_requests)})"),
+                        ("prefix overlap from an empty cache", fmt.percent(ov.cold_hit_ratio)),
+                    ]
+                    if ov.warmup is not None and ov.cold_hit_ratio is not None
+                    else []
+                ),
                 ("analysis time", fmt.duration(r.elapsed_s)),
             ]
         ),
@@ -266,7 +274,10 @@ def _reuse_section(r: AnalysisResult) -> Section:
     ru = r.reuse
     reuse_blocks: list[Block] = [
         Paragraph(
-            "How much KV memory catches the reuse: hit ratio of an ideal LRU block cache by capacity. "
+            "How much KV memory catches the reuse: hit ratio of an ideal LRU block cache by "
+            "capacity, with FIFO eviction and the optimal (Belady) policy next to it: the gap "
+            "from LRU to optimal is what a better policy could win, the gap from optimal to "
+            "the infinite cache what more memory would. "
             + (
                 "Exact."
                 if ru.sample_rate == 1
@@ -285,8 +296,12 @@ def _reuse_section(r: AnalysisResult) -> Section:
         ),
         Chart(
             line_chart(
-                [Series("ideal LRU", ru.capacity_tokens, ru.hit_ratio)],
-                title="Ideal LRU hit ratio vs KV cache capacity",
+                [
+                    Series("optimal (Belady)", ru.capacity_tokens, ru.optimal_hit_ratio),
+                    Series("ideal LRU", ru.capacity_tokens, ru.hit_ratio),
+                    Series("FIFO", ru.capacity_tokens, ru.fifo_hit_ratio),
+                ],
+                title="Hit ratio vs KV cache capacity: LRU, FIFO and optimal eviction",
                 x_label="capacity (tokens)",
                 y_label="hit ratio",
                 log_x=True,
