@@ -256,7 +256,7 @@ def _analyze(
         trace,
         fmt_name,
         options=ReadOptions(
-            block_size_tokens=block_size if fmt_name in ("mooncake", "kvroute") else None
+            block_size_tokens=block_size if fmt_name in ("mooncake", "bailian", "kvroute") else None
         ),
         skip_invalid=skip_invalid,
         stats=stats,
