@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from kvroute.analyze.breakdown import BreakdownResult
 from kvroute.analyze.breaker_cost import BreakersResult
 from kvroute.analyze.drift import DriftResult
 from kvroute.analyze.pairwise import PairwiseResult
@@ -149,6 +150,8 @@ class AnalysisResult:
     elapsed_s: float
     drift: DriftResult = field(default_factory=lambda: DriftResult(0, 0.0, 0, []))
     """Shared prefixes that changed version (drift.py)."""
+    breakdown: BreakdownResult | None = None
+    """Reuse per model, user and class, within a conversation vs across requests."""
     breakers: BreakersResult | None = None
     """Per-request content inside shared prefixes, with its cost (breaker_cost.py);
     ``None`` for hash-only and pre-tokenized traces, which carry no text."""

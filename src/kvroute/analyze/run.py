@@ -9,7 +9,7 @@ the prompt length.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvroute.analyze.accumulate import Accumulators, Columns, add_block_chunk, add_token_chunk
+from kvroute.analyze.breakdown import breakdown
 from kvroute.analyze.groups import GroupTracker
 from kvroute.analyze.prefix_index import PrefixIndex
 from kvroute.analyze.result import (
@@ -82,11 +83,14 @@ def analyze_requests(
     num_skipped: Callable[[], int] = lambda: 0,
     decode: Decode | None = None,
     progress: Progress | None = None,
+    labels: Mapping[str, Sequence[str | None]] | None = None,
 ) -> AnalysisResult:
     """Analyse tokenized requests (token or block-hash prompts) in one streaming pass.
 
     ``decode`` turns token ids into text for prefix previews (``None``: no text in the
     result). ``progress`` is called with the number of requests done after each chunk.
+    ``labels`` adds breakdown dimensions (name -> one label per request, trace order,
+    complete by the time the stream ends) to the model and user ones.
     Raises ``EmptyTraceError`` for no requests and ``InputError`` when a trace mixes
     token and block-hash prompts or block sizes.
     """
@@ -125,6 +129,13 @@ def analyze_requests(
         verdict=verdict_for(overlap, groups_res, sess, shape),
         elapsed_s=time.perf_counter() - started,
         drift=acc.drift.finish(preview),
+        breakdown=breakdown(
+            cols.prompt_len,
+            cols.lcp,
+            cols.within_conversation,
+            {"model": cols.model_of, "user": cols.user_of, **(labels or {})},
+            first_request=overlap.num_warmup_requests,
+        ),
     )
 
 

@@ -20,6 +20,7 @@ from kvroute.analyze.run import AnalyzeOptions, analyze_requests
 from kvroute.analyze.warmup import parse_warmup
 from kvroute.cache.capacity import parse_size
 from kvroute.cli.analyze_breakers import KeptPrompts, find_breakers
+from kvroute.cli.analyze_labels import ClassLabels
 from kvroute.cli.console import make_console
 from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, writes_stdout
 from kvroute.cli.trace_input import TraceInput, open_trace, trace_inputs
@@ -265,6 +266,8 @@ def _analyze(
     tok = None
     stream: Iterator[Request] = chain([first], requests)
     kept = KeptPrompts() if breakers is not None else None
+    classes = ClassLabels()
+    stream = classes.wrap(stream)
     if not isinstance(first.prompt, BlockPrompt | TokenPrompt):
         from kvroute.trace.tokenize import tokenize_requests
         from kvroute.trace.tokenizer import load_tokenizer
@@ -303,6 +306,7 @@ def _analyze(
             num_skipped=lambda: stats.num_skipped,
             decode=tok.decode if with_text and tok is not None else None,
             progress=on_progress,
+            labels={"class": classes.labels},
         )
     if kept is None or tok is None or breakers is None:
         return result

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from kvroute.analyze.result import AnalysisResult, VerdictLevel
 from kvroute.report import fmt
+from kvroute.report.breakdown_report import print_breakdown
 from kvroute.report.breakers_report import print_breakers
 from kvroute.report.drift_report import print_drift
 
@@ -207,6 +208,8 @@ def render_console(result: AnalysisResult, console: Console, *, show_text: bool 
     _print_tables(tables, console)
     if r.groups.top:
         console.print(_groups_table(r, console.width, show_text=show_text))
+    if r.breakdown is not None:
+        print_breakdown(r.breakdown, console)
     if r.breakers is not None:
         print_breakers(r.breakers, console, show_text=show_text)
     print_drift(r.drift, console)

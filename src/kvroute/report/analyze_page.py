@@ -6,6 +6,7 @@ from datetime import datetime
 
 from kvroute.analyze.result import AnalysisResult, VerdictLevel
 from kvroute.report import fmt
+from kvroute.report.breakdown_report import breakdown_section
 from kvroute.report.breakers_report import breakers_section
 from kvroute.report.dist_blocks import cdf_block, histogram_block
 from kvroute.report.drift_report import drift_section
@@ -398,6 +399,7 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
         sections=[
             _overlap_section(result),
             _groups_section(result),
+            *([breakdown_section(result.breakdown)] if result.breakdown is not None else []),
             *([breakers_section(result.breakers)] if result.breakers is not None else []),
             drift_section(result.drift),
             _pairs_section(result),
