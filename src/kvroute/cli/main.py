@@ -95,6 +95,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "sample_cmd",
         "Write a deterministic sample OpenAI request log.",
     ),
+    "explain": (
+        "kvroute.cli.explain",
+        "explain_cmd",
+        "Explain one request's prefix reuse: from which request, which segments, per engine.",
+    ),
+    "export": (
+        "kvroute.cli.export",
+        "export_cmd",
+        "Write an anonymized hash-only copy of a trace, keyed by a secret key file.",
+    ),
     "simulate": (
         "kvroute.cli.simulate",
         "simulate_cmd",
