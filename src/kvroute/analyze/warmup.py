@@ -35,7 +35,8 @@ class Warmup:
         arrival times: raises ``UsageError`` when the trace has none."""
         n = arrival_s.shape[0]
         if self.share_requests is not None:
-            return int(min(n, math.ceil(self.share_requests * n)))
+            # rounded down, as kvcache-simulator and llmtrafficlens count their warm-up
+            return int(min(n, math.floor(self.share_requests * n)))
         assert self.duration_s is not None
         known = arrival_s[np.isfinite(arrival_s)]
         if known.size == 0:
