@@ -14,11 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from kvroute.analyze.breaker_kinds import BreakerKind, suggested_fix
 from kvroute.analyze.breakers import Candidate, FieldRef, field_texts, find_candidates, with_field
-from kvroute.analyze.prefix_index import PrefixIndex
+from kvroute.analyze.prefix_index import PrefixIndex, lcp_len
 from kvroute.trace.hashing import chain_hashes
 from kvroute.trace.records import ChatPrompt, Prompt, Request, TextPrompt
 from kvroute.types import TokenIds
@@ -91,12 +89,6 @@ def ideal_hit_ratio(prompts: Sequence[TokenIds], block_size_tokens: int = 16) ->
         ).matched_tokens
         total += n
     return reused / total if total else 0.0
-
-
-def _lcp(a: TokenIds, b: TokenIds) -> int:
-    n = min(a.shape[0], b.shape[0])
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if diff.size else n
 
 
 def _fixed_prompt(prompt: Prompt, fixes: dict[FieldRef, Callable[[str], str]]) -> Prompt:
@@ -178,7 +170,7 @@ def measure_breakers(
                 Breaker(
                     kind=c.kind,
                     field=c.field.path,
-                    token_position=_lcp(token_ids[a], token_ids[b]),
+                    token_position=lcp_len(token_ids[a], token_ids[b]),
                     char_offset=c.char_offset,
                     num_requests=len(c.request_indices),
                     share_of_requests=len(c.request_indices) / n if n else 0.0,

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from kvroute.analyze.prefix_index import lcp_len
+
 Units = npt.NDArray[np.uint32] | npt.NDArray[np.uint64]
 """A prompt's token ids, or its block hashes repeated once per token (hash-only traces)."""
 
@@ -57,12 +59,6 @@ class Explanation:
     engines: list[EngineKept]
 
 
-def _lcp(a: Units, b: Units) -> int:
-    n = min(a.shape[0], b.shape[0])
-    diff = np.flatnonzero(a[:n] != b[:n])
-    return int(diff[0]) if diff.size else n
-
-
 def explain_request(
     token_ids: Sequence[Units],
     index: int,
@@ -77,7 +73,7 @@ def explain_request(
     are read). ``segments`` are (field, end token, preview) in prompt order, each
     starting where the previous one ends."""
     me = token_ids[index]
-    lcps = [_lcp(token_ids[j], me) for j in range(index)]
+    lcps = [lcp_len(token_ids[j], me) for j in range(index)]
     reused = max(lcps, default=0)
     best = max((j for j, v in enumerate(lcps) if v == reused), default=None) if reused else None
     first = next((j for j, v in enumerate(lcps) if v >= reused), None) if reused else None
