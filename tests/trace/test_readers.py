@@ -223,7 +223,7 @@ def test_empty_and_unknown_and_missing(tmp_path: Path) -> None:
     assert "--format" in str(err.value)
     with pytest.raises(InputError, match="no such file"):
         list(read_trace(tmp_path / "missing.jsonl"))
-    with pytest.raises(UsageError, match="valid: kvroute, mooncake, openai, sharegpt"):
+    with pytest.raises(UsageError, match="valid: bailian, kvroute, mooncake, openai, sharegpt"):
         list(read_trace(unknown, "nope"))
 
 
@@ -243,13 +243,15 @@ def test_non_utf8_line_is_an_input_error(tmp_path: Path) -> None:
     assert err.value.line == 2
 
 
-def test_hash_ids_must_be_integers(tmp_path: Path) -> None:
-    path = write_jsonl(
-        tmp_path / "mc.jsonl", [{"timestamp": 0, "input_length": 5, "hash_ids": ["a"]}]
-    )
-    with pytest.raises(InputError) as err:
-        list(read_trace(path))
-    assert err.value.field == "hash_ids"
+def test_hash_ids_must_be_integers_or_strings(tmp_path: Path) -> None:
+    """Strings are ids too (kvcache-simulator accepts them); anything else is refused."""
+    for bad in (["a", None], [-1], [{"id": 1}]):
+        path = write_jsonl(
+            tmp_path / "mc.jsonl", [{"timestamp": 0, "input_length": 5, "hash_ids": bad}]
+        )
+        with pytest.raises(InputError) as err:
+            list(read_trace(path))
+        assert err.value.field == "hash_ids"
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,10 @@ class Columns:
         self.lcp_blocks_tokens: list[int] = []
         self.reported: list[int] = []
         self.models: dict[str, int] = {}
+        self.model_of: list[str | None] = []
+        self.user_of: list[str | None] = []
+        self.within_conversation: list[int] = []
+        """Per request, the part of ``lcp`` its own conversation's previous turn holds."""
 
     def add_chunk(
         self, chunk: list[Request], num_tokens: list[int], lcp: list[int], block_lcp: list[int]
@@ -66,6 +70,8 @@ class Columns:
         for r in chunk:
             if r.model:
                 self.models[r.model] = self.models.get(r.model, 0) + 1
+        self.model_of += [r.model or None for r in chunk]
+        self.user_of += [r.user_id or None for r in chunk]
         return arrivals
 
 
@@ -142,8 +148,10 @@ def add_token_chunk(chunk: list[Request], acc: Accumulators) -> None:
         n = lengths[i]
         keys = hashes[bounds[i] : bounds[i + 1]]
         match = index.match_and_insert(keys, n, toks)
+        within = 0
         if req.session_id is not None:
-            sessions.add(req.session_id, toks, n, req.output_token_ids, 1)
+            within = sessions.add(req.session_id, toks, n, req.output_token_ids, 1)
+        acc.cols.within_conversation.append(min(within, match.matched_tokens))
         pairs.add(toks, n)
         groups.add(keys, match.matched_blocks, match.matched_tokens)
         acc.drift.add(keys, n, match.matched_tokens, req.arrival_s, req.session_id)
@@ -191,8 +199,10 @@ def add_block_chunk(chunk: list[Request], acc: Accumulators) -> None:
         n = lengths[i]
         keys = keys_all[bounds[i] : bounds[i + 1]]
         match = index.match_and_insert(keys, n)
+        within = 0
         if req.session_id is not None:
-            sessions.add(req.session_id, keys[: n // bs], n, None, bs)
+            within = sessions.add(req.session_id, keys[: n // bs], n, None, bs)
+        acc.cols.within_conversation.append(min(within, match.matched_tokens))
         pairs.add(keys, n)
         groups.add(keys, match.matched_blocks, match.matched_tokens)
         acc.drift.add(keys, n, match.matched_tokens, req.arrival_s, req.session_id)

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kvroute.types import BlockHashes, TokenIds
 
@@ -154,14 +156,15 @@ class PrefixIndex:
         return PrefixMatch(m, m * bs + ext, deepest)
 
 
+def lcp_len(
+    a: npt.NDArray[np.unsignedinteger[Any]], b: npt.NDArray[np.unsignedinteger[Any]]
+) -> int:
+    """Length of the common prefix of two token (or hash) arrays."""
+    n = min(a.shape[0], b.shape[0])
+    neq = np.flatnonzero(a[:n] != b[:n])
+    return int(neq[0]) if neq.size else n
+
+
 def lcp_tokens_bruteforce(prompts: list[np.ndarray]) -> list[int]:
     """Reference: per prompt, the longest common prefix with any earlier prompt (O(n^2)); for tests."""
-    out = []
-    for i, p in enumerate(prompts):
-        best = 0
-        for q in prompts[:i]:
-            n = min(len(p), len(q))
-            neq = np.nonzero(p[:n] != q[:n])[0]
-            best = max(best, int(neq[0]) if neq.size else n)
-        out.append(best)
-    return out
+    return [max((lcp_len(p, q) for q in prompts[:i]), default=0) for i, p in enumerate(prompts)]

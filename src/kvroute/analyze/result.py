@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from kvroute.analyze.breakdown import BreakdownResult
+from kvroute.analyze.breaker_cost import BreakersResult
 from kvroute.analyze.drift import DriftResult
 from kvroute.analyze.pairwise import PairwiseResult
 from kvroute.analyze.reuse import ReuseResult
@@ -82,6 +84,17 @@ class Overlap:
     reported_cached_tokens: int | None
     """Sum of engine-reported cached tokens, when the log carries them."""
     reported_hit_ratio: float | None
+    warmup: str | None = None
+    """What ``--warmup`` left out of the headline, in words (``None``: nothing).
+
+    With a warm-up, ``prompt_tokens``, ``reusable_tokens``, ``hit_ratio``,
+    ``block_reusable_tokens`` and ``block_hit_ratio`` count the requests after it only
+    (measured against every earlier request, warm-up included); every other figure
+    counts the whole trace."""
+    num_warmup_requests: int = 0
+    cold_hit_ratio: float | None = None
+    """``hit_ratio`` over the whole trace, from an empty cache (with a warm-up only)."""
+    cold_block_hit_ratio: float | None = None
 
     def figures(self) -> list[tuple[str, float]]:
         """The two overlap rates, labelled: the trace's own (``hit_ratio``: token level,
@@ -139,3 +152,8 @@ class AnalysisResult:
     elapsed_s: float
     drift: DriftResult = field(default_factory=lambda: DriftResult(0, 0.0, 0, []))
     """Shared prefixes that changed version (drift.py)."""
+    breakdown: BreakdownResult | None = None
+    """Reuse per model, user and class, within a conversation vs across requests."""
+    breakers: BreakersResult | None = None
+    """Per-request content inside shared prefixes, with its cost (breaker_cost.py);
+    ``None`` for hash-only and pre-tokenized traces, which carry no text."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from kvroute.analyze.bounds import policy_curves
 from kvroute.types import BlockHashes
 
 _FULL = 1 << 24
@@ -40,6 +41,12 @@ class ReuseResult:
     reuse_time_s_p90: float | None
     reuse_time_s_hist_edges: list[float]
     reuse_time_s_hist_counts: list[int]
+    fifo_hit_ratio: list[float]
+    """The same capacities with FIFO eviction (bounds.py)."""
+    optimal_hit_ratio: list[float]
+    """The same capacities with optimal (Belady) eviction: no policy does better."""
+    bounds_sample_rate: float
+    """Share of blocks the FIFO and optimal replays kept (miniature simulation)."""
 
 
 class ReuseTracker:
@@ -112,6 +119,9 @@ class ReuseTracker:
         hit_ratio = [
             float(share[np.searchsorted(sorted_d, c, side="left")]) for c in capacity_grid_tokens
         ]
+        fifo, optimal, bounds_rate = self._bounds(
+            keys_arr, rate, capacity_grid_tokens, float(share[-1])
+        )
         reuse_dt = _reuse_times(prev, times)
         finite_dt = reuse_dt[np.isfinite(reuse_dt)]
         edges, counts = _log_hist(finite_dt)
@@ -127,7 +137,26 @@ class ReuseTracker:
             reuse_time_s_p90=_pct(finite_dt, 90),
             reuse_time_s_hist_edges=edges,
             reuse_time_s_hist_counts=counts,
+            fifo_hit_ratio=fifo,
+            optimal_hit_ratio=optimal,
+            bounds_sample_rate=bounds_rate,
         )
+
+    def _bounds(
+        self,
+        keys: npt.NDArray[np.uint64],
+        rate: float,
+        capacity_grid_tokens: list[int],
+        infinite_hit: float,
+    ) -> tuple[list[float], list[float], float]:
+        """FIFO and optimal hit ratios on the grid, levelled like the LRU curve: every
+        policy reaches ``infinite_hit`` once the whole working set fits."""
+        blocks = [c // self.block_size_tokens for c in capacity_grid_tokens]
+        curves = policy_curves(keys, rate, blocks, key_threshold=self._threshold)
+        scale = infinite_hit / curves.num_reuses if curves.num_reuses else 0.0
+        fifo = [h * scale for h in curves.fifo_hits]
+        optimal = [h * scale for h in curves.optimal_hits]
+        return fifo, optimal, curves.sample_rate
 
 
 def _pct(values: npt.NDArray[np.float64], q: float) -> float | None:

@@ -9,7 +9,7 @@ the prompt length.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvroute.analyze.accumulate import Accumulators, Columns, add_block_chunk, add_token_chunk
+from kvroute.analyze.breakdown import breakdown
 from kvroute.analyze.groups import GroupTracker
 from kvroute.analyze.prefix_index import PrefixIndex
 from kvroute.analyze.result import (
@@ -30,7 +31,8 @@ from kvroute.analyze.result import (
 )
 from kvroute.analyze.shape import ShapeResult, shape_of
 from kvroute.analyze.verdict import verdict_for
-from kvroute.errors import EmptyTraceError
+from kvroute.analyze.warmup import Warmup
+from kvroute.errors import EmptyTraceError, UsageError
 from kvroute.stats import describe
 from kvroute.trace.model_names import tokenizer_warning
 from kvroute.trace.records import Request
@@ -53,6 +55,8 @@ class AnalyzeOptions:
     drift_window_requests: int = 200
     """Requests per window of the prompt-drift detector (drift.py)."""
     drift_min_share: float = 0.1
+    warmup: Warmup | None = None
+    """Leading requests left out of the headline overlap (they still fill the cache)."""
 
 
 def _chunks(requests: Iterable[Request], n: int) -> Iterator[list[Request]]:
@@ -80,11 +84,14 @@ def analyze_requests(
     num_skipped: Callable[[], int] = lambda: 0,
     decode: Decode | None = None,
     progress: Progress | None = None,
+    labels: Mapping[str, Sequence[str | None]] | None = None,
 ) -> AnalysisResult:
     """Analyse tokenized requests (token or block-hash prompts) in one streaming pass.
 
     ``decode`` turns token ids into text for prefix previews (``None``: no text in the
     result). ``progress`` is called with the number of requests done after each chunk.
+    ``labels`` adds breakdown dimensions (name -> one label per request, trace order,
+    complete by the time the stream ends) to the model and user ones.
     Raises ``EmptyTraceError`` for no requests and ``InputError`` when a trace mixes
     token and block-hash prompts or block sizes.
     """
@@ -95,8 +102,8 @@ def analyze_requests(
         raise EmptyTraceError("the trace has no requests", path=trace_path)
     mode, bs, cols = acc.mode, acc.block_size_tokens, acc.cols
     prompt_len = np.array(cols.prompt_len, dtype=np.float64)
-    overlap = _overlap(acc, prompt_len)
-    total = overlap.prompt_tokens
+    overlap = _overlap(acc, prompt_len, opts.warmup)
+    total = int(prompt_len.sum())
     preview = _previewer(acc.index, decode)
     groups_res = _groups(acc.groups, opts.top_groups, total, preview)
     shape = _shape(cols, prompt_len)
@@ -126,6 +133,13 @@ def analyze_requests(
         verdict=verdict_for(overlap, groups_res, sess, shape),
         elapsed_s=time.perf_counter() - started,
         drift=acc.drift.finish(preview),
+        breakdown=breakdown(
+            cols.prompt_len,
+            cols.lcp,
+            cols.within_conversation,
+            {"model": cols.model_of, "user": cols.user_of, **(labels or {})},
+            first_request=overlap.num_warmup_requests,
+        ),
     )
 
 
@@ -150,13 +164,25 @@ def _one_pass(
     return acc, done
 
 
-def _overlap(acc: Accumulators, prompt_len: npt.NDArray[np.float64]) -> Overlap:
-    """What an infinite cache would reuse, at the trace's granularity and at blocks."""
+def _overlap(
+    acc: Accumulators, prompt_len: npt.NDArray[np.float64], warmup: Warmup | None
+) -> Overlap:
+    """What an infinite cache would reuse, at the trace's granularity and at blocks;
+    the headline sums leave out the requests of ``warmup``."""
     cols = acc.cols
     lcp = np.array(cols.lcp, dtype=np.float64)
-    total = int(prompt_len.sum())
-    reusable = int(lcp.sum())
-    block_reusable = int(np.sum(cols.lcp_blocks_tokens))
+    block_lcp = np.array(cols.lcp_blocks_tokens, dtype=np.float64)
+    num_warm = warmup.num_warmup_requests(np.array(cols.arrival, dtype=np.float64)) if warmup else 0
+    if num_warm >= lcp.shape[0]:
+        raise UsageError(
+            f"--warmup ({warmup}) covers all {lcp.shape[0]:,} requests: nothing is left to measure"
+        )
+    cold_total = int(prompt_len.sum())
+    cold_hit = float(lcp.sum()) / cold_total if cold_total else 0.0
+    cold_block_hit = float(block_lcp.sum()) / cold_total if cold_total else 0.0
+    total = int(prompt_len[num_warm:].sum())
+    reusable = int(lcp[num_warm:].sum())
+    block_reusable = int(block_lcp[num_warm:].sum())
     per_req = np.divide(lcp, prompt_len, out=np.zeros_like(lcp), where=prompt_len > 0)
     reported = int(np.sum(cols.reported)) if cols.reported else None
     # LCP is an ultrametric (lcp(a, c) >= min(lcp(a, b), lcp(b, c))), so the smallest
@@ -177,10 +203,14 @@ def _overlap(acc: Accumulators, prompt_len: npt.NDArray[np.float64]) -> Overlap:
         lcp_share=describe(per_req, bins=np.linspace(0, 1, 21)),
         reported_cached_tokens=reported,
         reported_hit_ratio=(
-            reported / total
-            if reported is not None and total and len(cols.reported) == len(cols.lcp)
+            reported / cold_total
+            if reported is not None and cold_total and len(cols.reported) == len(cols.lcp)
             else None
         ),
+        warmup=None if warmup is None else str(warmup),
+        num_warmup_requests=num_warm,
+        cold_hit_ratio=None if warmup is None else cold_hit,
+        cold_block_hit_ratio=None if warmup is None else cold_block_hit,
     )
 
 

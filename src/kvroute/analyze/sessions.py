@@ -55,16 +55,20 @@ class SessionTracker:
         num_tokens: int,
         output_units: TokenIds | None,
         unit_tokens: int,
-    ) -> None:
+    ) -> int:
         """Record one request. ``units`` are its token ids, or its block hashes for
-        hash-only traces (``unit_tokens`` tokens each); ``output_units`` the output tokens."""
+        hash-only traces (``unit_tokens`` tokens each); ``output_units`` the output tokens.
+        Returns how many leading tokens it shares with the session's previous turn
+        (prompt and output; 0 for a first turn)."""
         self._num_with_session += 1
         self._turns[session_id] = self._turns.get(session_id, 0) + 1
         prev = self._last.get(session_id)
+        shared = 0
         if prev is not None:
             prev_units, prev_prompt_len, has_output = prev
             lcp = _lcp(units, prev_units)
-            self._shares.append(min(lcp * unit_tokens, num_tokens) / max(num_tokens, 1))
+            shared = min(lcp * unit_tokens, num_tokens)
+            self._shares.append(shared / max(num_tokens, 1))
             if lcp >= prev_prompt_len:
                 self._ext_prompt += 1
             if has_output:
@@ -80,6 +84,7 @@ class SessionTracker:
         self._last[session_id] = (full, units.shape[0], output_units is not None)
         if len(self._last) > self.max_live_sessions:
             self._last.popitem(last=False)
+        return shared
 
     def finish(self) -> SessionsResult:
         n_follow = len(self._shares)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from itertools import chain
 from pathlib import Path
@@ -16,13 +17,21 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from kvroute.analyze.result import AnalysisResult
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
+from kvroute.analyze.warmup import parse_warmup
+from kvroute.cache.capacity import parse_size
+from kvroute.cli.analyze_breakers import KeptPrompts, find_breakers
+from kvroute.cli.analyze_labels import ClassLabels
 from kvroute.cli.console import make_console
 from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, writes_stdout
 from kvroute.cli.trace_input import TraceInput, open_trace, trace_inputs
+from kvroute.report import fmt
 from kvroute.trace.formats.base import ReadOptions
 from kvroute.trace.io import ReadStats
 from kvroute.trace.readers import detect_format, read_trace, trace_formats
 from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
+
+EXIT_BELOW_THRESHOLD = 6
+"""Exit status of ``--fail-under`` when the prefix overlap is below the threshold."""
 
 
 @click.command("analyze")
@@ -80,6 +89,33 @@ from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed for the pairwise sample."
 )
+@click.option(
+    "--warmup",
+    "warmup_text",
+    help="Leave the first requests out of the headline overlap, measuring the steady "
+    "state: a share of requests (50%) or a duration from the first arrival (10m, 600s). "
+    "They still fill the cache; the figure from an empty cache is shown too.",
+)
+@click.option(
+    "--no-breakers",
+    is_flag=True,
+    help="Skip the cache-breaker pass (per-request content inside shared prefixes).",
+)
+@click.option(
+    "--capacity-tokens",
+    "capacity_text",
+    default="256Ki",
+    show_default=True,
+    help="KV pool of the per-engine before/after figures of the cache breakers (64k is "
+    "64,000, 64Ki is 65,536; 'none': ideal figures only).",
+)
+@click.option(
+    "--fail-under",
+    "fail_under",
+    type=click.FloatRange(min=0, max=100),
+    help=f"Exit {EXIT_BELOW_THRESHOLD} when the prefix overlap (the headline figure) is "
+    "below this percentage, after writing every report: for CI on prompt changes.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary or progress bar.")
 def analyze_cmd(
     trace: Path,
@@ -93,6 +129,10 @@ def analyze_cmd(
     top_groups: int,
     workers: int | None,
     seed: int,
+    warmup_text: str | None,
+    no_breakers: bool,
+    capacity_text: str,
+    fail_under: float | None,
     quiet: bool,
 ) -> None:
     """Measure how much of TRACE's prompts share a prefix, and how long.
@@ -112,6 +152,11 @@ def analyze_cmd(
       reuse distance    ideal LRU hit ratio vs KV cache capacity
     """
     check_outputs({"--json": json_path, "--html": html_path}, inputs=trace_inputs(trace))
+    capacity_tokens = (
+        None
+        if capacity_text.lower() == "none"
+        else parse_size(capacity_text, what="--capacity-tokens")
+    )
     console = make_console(stderr=writes_stdout(json_path, html_path))
     stats = ReadStats()
     with open_trace(trace) as source:
@@ -121,11 +166,16 @@ def analyze_cmd(
             format_name=format_name,
             tokenizer=tokenizer,
             block_size=block_size,
-            options=AnalyzeOptions(top_groups=top_groups, seed=seed),
+            options=AnalyzeOptions(
+                top_groups=top_groups,
+                seed=seed,
+                warmup=parse_warmup(warmup_text) if warmup_text is not None else None,
+            ),
             skip_invalid=skip_invalid,
             with_text=not no_text,
             workers=workers,
             console=console if not quiet else None,
+            breakers=None if no_breakers else BreakerOptions(capacity_tokens),
         )
         skipped = stats.skipped_text(str(source.path), source.name)
     _warn_tokenizer_mismatch(result)
@@ -146,6 +196,16 @@ def analyze_cmd(
         emit_page(html_path, analysis_page(result, datetime.now(UTC)))
         if html_path != STDOUT and not quiet:
             console.print(f"wrote {html_path}")
+    if fail_under is not None and result.overlap.hit_ratio * 100 < fail_under:
+        found = len(result.breakers.findings) if result.breakers is not None else 0
+        click.secho(
+            f"fail-under: prefix overlap {fmt.percent(result.overlap.hit_ratio)} is below "
+            f"{fail_under:g} %"
+            + (f"; {found} cache breaker(s) found, see the report" if found else ""),
+            fg="red",
+            err=True,
+        )
+        raise click.exceptions.Exit(EXIT_BELOW_THRESHOLD)
 
 
 def _warn_tokenizer_mismatch(result: AnalysisResult) -> None:
@@ -168,16 +228,18 @@ def _analyze(
     with_text: bool,
     workers: int | None,
     console: Console | None,
+    breakers: BreakerOptions | None,
 ) -> AnalysisResult:
     """Read, tokenize (unless the trace holds tokens or hashes) and analyze the trace,
-    with a progress bar on ``console``; ``stats`` counts what was read and skipped."""
+    with a progress bar on ``console``; ``stats`` counts what was read and skipped.
+    With ``breakers``, the first requests' text is kept and searched for cache breakers."""
     trace = source.path
     fmt_name = format_name or detect_format(trace)
     requests = read_trace(
         trace,
         fmt_name,
         options=ReadOptions(
-            block_size_tokens=block_size if fmt_name in ("mooncake", "kvroute") else None
+            block_size_tokens=block_size if fmt_name in ("mooncake", "bailian", "kvroute") else None
         ),
         skip_invalid=skip_invalid,
         stats=stats,
@@ -185,12 +247,19 @@ def _analyze(
     first = next(requests)
     tok = None
     stream: Iterator[Request] = chain([first], requests)
+    kept = KeptPrompts() if breakers is not None else None
+    classes = ClassLabels()
+    stream = classes.wrap(stream)
     if not isinstance(first.prompt, BlockPrompt | TokenPrompt):
         from kvroute.trace.tokenize import tokenize_requests
         from kvroute.trace.tokenizer import load_tokenizer
 
         tok = load_tokenizer(tokenizer)
+        if kept is not None:
+            stream = kept.raw(stream)
         stream = tokenize_requests(stream, tokenizer, workers=workers)
+        if kept is not None:
+            stream = kept.tokens(stream)
     size = trace.stat().st_size if trace.suffix != ".gz" else None
     progress = Progress(
         SpinnerColumn(),
@@ -210,7 +279,7 @@ def _analyze(
 
         if block_size is not None:
             options = dataclasses.replace(options, block_size_tokens=block_size)
-        return analyze_requests(
+        result = analyze_requests(
             stream,
             trace_path=source.name,
             trace_format=fmt_name,
@@ -219,7 +288,29 @@ def _analyze(
             num_skipped=lambda: stats.num_skipped,
             decode=tok.decode if with_text and tok is not None else None,
             progress=on_progress,
+            labels={"class": classes.labels},
         )
+    if kept is None or tok is None or breakers is None:
+        return result
+    with _status(console, "looking for cache breakers"):
+        found = find_breakers(
+            kept,
+            tok,
+            block_size_tokens=options.block_size_tokens,
+            capacity_tokens=breakers.capacity_tokens,
+            with_text=with_text,
+        )
+    return dataclasses.replace(result, breakers=found)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BreakerOptions:
+    capacity_tokens: int | None
+    """KV pool of the per-engine figures (``None``: ideal figures only)."""
+
+
+def _status(console: Console | None, what: str) -> AbstractContextManager[object]:
+    return console.status(what) if console is not None else nullcontext()
 
 
 @click.command("sample")

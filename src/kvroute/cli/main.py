@@ -1,7 +1,7 @@
 """The ``kvroute`` command. Every subcommand is registered here; errors are mapped once.
 
 Exit codes: 0 success, 1 unexpected failure, 2 usage error, 3 unreadable or invalid
-input, 4 tokenizer problem, 5 engine problem, 130 interrupted, 141 standard output
+input, 4 tokenizer problem, 5 engine problem, 6 analyze below ``--fail-under``, 130 interrupted, 141 standard output
 closed by its reader (``kvroute analyze t.jsonl | head -1``).
 """
 
@@ -102,6 +102,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "kvroute.cli.analyze",
         "sample_cmd",
         "Write a deterministic sample OpenAI request log.",
+    ),
+    "explain": (
+        "kvroute.cli.explain",
+        "explain_cmd",
+        "Explain one request's prefix reuse: from which request, which segments, per engine.",
+    ),
+    "export": (
+        "kvroute.cli.export",
+        "export_cmd",
+        "Write an anonymized hash-only copy of a trace, keyed by a secret key file.",
     ),
     "simulate": (
         "kvroute.cli.simulate",

@@ -9,6 +9,8 @@ from rich.text import Text
 
 from kvroute.analyze.result import AnalysisResult, VerdictLevel
 from kvroute.report import fmt
+from kvroute.report.breakdown_report import print_breakdown
+from kvroute.report.breakers_report import print_breakers
 from kvroute.report.drift_report import print_drift
 
 _STYLE = {
@@ -51,6 +53,10 @@ def _overlap_rows(r: AnalysisResult) -> list[tuple[str, str]]:
     ov = r.overlap
     rows = [(f"prefix overlap ({k})", fmt.percent(x)) for k, x in ov.figures()]
     rows[0] = (rows[0][0], f"[bold]{rows[0][1]}[/]")  # the trace's own figure, the verdict's
+    if ov.warmup is not None and ov.cold_hit_ratio is not None:
+        rows[0] = (f"{rows[0][0]}, warm", rows[0][1])
+        rows.insert(1, ("… from an empty cache (whole trace)", fmt.percent(ov.cold_hit_ratio)))
+        rows.insert(2, ("warm-up left out", f"{ov.warmup} ({fmt.count(ov.num_warmup_requests)})"))
     rows += [
         ("prefix every prompt shares", f"{fmt.tokens(ov.common_prefix_tokens)} tokens"),
         ("requests reusing more than that", fmt.percent(ov.share_requests_with_reuse)),
@@ -116,14 +122,38 @@ def _shape_rows(r: AnalysisResult) -> list[tuple[str, str]]:
 
 
 def _capacity_table(r: AnalysisResult) -> Table:
-    """The ideal LRU hit ratio from the first capacity with a hit, at most 8 rows."""
+    """Hit ratio by capacity under LRU, FIFO and optimal eviction, over the capacities
+    where the curves still move (from the first hit to where LRU reaches the infinite
+    cache), at most 10 rows."""
     ru = r.reuse
-    rows: list[tuple[str, str]] = []
-    for cap, hit in zip(ru.capacity_tokens, ru.hit_ratio, strict=True):
-        if len(rows) < 8 and (hit > 0 or rows):
-            rows.append((f"{fmt.capacity(cap)} tokens", fmt.percent(hit)))
-    sampled = "" if ru.sample_rate == 1 else f" (sampled {fmt.percent(ru.sample_rate, digits=2)})"
-    return _kv("Ideal LRU hit vs KV cache capacity" + sampled, rows)
+    t = Table(
+        title="Hit vs KV cache capacity (ideal LRU · FIFO · optimal)",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        min_width=44,
+    )
+    for name in ("capacity", "LRU", "FIFO", "optimal"):
+        t.add_column(name, justify="right", style="dim" if name == "capacity" else None)
+    rows = list(
+        zip(ru.capacity_tokens, ru.hit_ratio, ru.fifo_hit_ratio, ru.optimal_hit_ratio, strict=True)
+    )
+    moving = [
+        i for i, (_, lru, _, opt) in enumerate(rows) if opt > 0 and lru < ru.infinite_hit_ratio
+    ]
+    start = moving[0] if moving else 0
+    end = min(len(rows), (moving[-1] + 2) if moving else 1)
+    shown = rows[start:end]
+    if len(shown) > 10:  # every other capacity, the last one kept
+        shown = shown[:: -(-len(shown) // 10)] + ([shown[-1]] if len(shown) % 2 == 0 else [])
+    for cap, lru, fifo, opt in shown:
+        t.add_row(
+            f"{fmt.capacity(cap)} tokens", fmt.percent(lru), fmt.percent(fifo), fmt.percent(opt)
+        )
+    sampled = "" if ru.sample_rate == 1 else f"sampled {fmt.percent(ru.sample_rate, digits=2)}"
+    if sampled:
+        t.caption = sampled
+    return t
 
 
 def _print_tables(tables: list[Table], console: Console) -> None:
@@ -189,5 +219,9 @@ def render_console(result: AnalysisResult, console: Console, *, show_text: bool 
     _print_tables(tables, console)
     if r.groups.top:
         console.print(_groups_table(r, console.width, show_text=show_text))
+    if r.breakdown is not None:
+        print_breakdown(r.breakdown, console)
+    if r.breakers is not None:
+        print_breakers(r.breakers, console, show_text=show_text)
     print_drift(r.drift, console)
     console.print(_verdict_panel(r))

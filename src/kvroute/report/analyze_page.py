@@ -6,6 +6,8 @@ from datetime import datetime
 
 from kvroute.analyze.result import AnalysisResult, VerdictLevel
 from kvroute.report import fmt
+from kvroute.report.breakdown_report import breakdown_section
+from kvroute.report.breakers_report import breakers_section
 from kvroute.report.dist_blocks import cdf_block, histogram_block
 from kvroute.report.drift_report import drift_section
 from kvroute.report.html import (
@@ -105,6 +107,14 @@ def _lead(r: AnalysisResult) -> list[Block]:
                     ),
                 ),
                 *((f"prefix overlap ({k})", fmt.percent(x)) for k, x in ov.figures()),
+                *(
+                    [
+                        ("warm-up left out", f"{ov.warmup} ({fmt.count(ov.num_warmup_requests)})"),
+                        ("prefix overlap from an empty cache", fmt.percent(ov.cold_hit_ratio)),
+                    ]
+                    if ov.warmup is not None and ov.cold_hit_ratio is not None
+                    else []
+                ),
                 ("analysis time", fmt.duration(r.elapsed_s)),
             ]
         ),
@@ -280,7 +290,10 @@ def _reuse_section(r: AnalysisResult) -> Section:
     ru = r.reuse
     reuse_blocks: list[Block] = [
         Paragraph(
-            "How much KV memory catches the reuse: hit ratio of an ideal LRU block cache by capacity. "
+            "How much KV memory catches the reuse: hit ratio of an ideal LRU block cache by "
+            "capacity, with FIFO eviction and the optimal (Belady) policy next to it: the gap "
+            "from LRU to optimal is what a better policy could win, the gap from optimal to "
+            "the infinite cache what more memory would. "
             + (
                 "Exact."
                 if ru.sample_rate == 1
@@ -299,8 +312,12 @@ def _reuse_section(r: AnalysisResult) -> Section:
         ),
         Chart(
             line_chart(
-                [Series("ideal LRU", ru.capacity_tokens, ru.hit_ratio)],
-                title="Ideal LRU hit ratio vs KV cache capacity",
+                [
+                    Series("optimal (Belady)", ru.capacity_tokens, ru.optimal_hit_ratio),
+                    Series("ideal LRU", ru.capacity_tokens, ru.hit_ratio),
+                    Series("FIFO", ru.capacity_tokens, ru.fifo_hit_ratio),
+                ],
+                title="Hit ratio vs KV cache capacity: LRU, FIFO and optimal eviction",
                 x_label="capacity (tokens)",
                 y_label="hit ratio",
                 log_x=True,
@@ -398,6 +415,8 @@ def analysis_page(result: AnalysisResult, generated_at: datetime) -> Page:
         sections=[
             _overlap_section(result),
             _groups_section(result),
+            *([breakdown_section(result.breakdown)] if result.breakdown is not None else []),
+            *([breakers_section(result.breakers)] if result.breakers is not None else []),
             drift_section(result.drift),
             _pairs_section(result),
             _sessions_section(result),

@@ -24,6 +24,7 @@ Only full blocks are hashed (what vLLM caches); per-token prefix hashes are the
 from __future__ import annotations
 
 import functools
+import hashlib
 
 import numpy as np
 import numpy.typing as npt
@@ -207,3 +208,31 @@ def rechain_ids(
     different positions: after re-chaining, equal values mean equal id prefixes.
     """
     return chain_contents(block_contents(ids.astype(np.uint64), 1), starts, seed)
+
+
+KEYED_HASH_SCHEME = "kvroute-keyed-v1"
+"""Exported traces: each chained hash above passed through a keyed PRF (BLAKE2b-64)."""
+KEY_BYTES = 32
+
+
+def key_id(key: bytes) -> str:
+    """A public name of a secret key (16 hex digits): equal ids, same key. It reveals
+    nothing of the key, so it can sit in a trace's header."""
+    return hashlib.blake2b(key, digest_size=8, person=b"kvroute-key-id").hexdigest()
+
+
+def keyed_hashes(hashes: BlockHashes, key: bytes) -> BlockHashes:
+    """``hashes`` through a keyed pseudo-random function, one by one.
+
+    The chain stays a chain (equal inputs, equal outputs), but without the key nobody can
+    compute the output for a guessed prompt: the unkeyed chain is linear in its seed, so
+    hiding the seed alone would not stop a guess being checked against a file.
+    """
+    if len(key) < 16:
+        raise ValueError("a trace key needs at least 16 bytes")
+    out = np.empty(hashes.shape[0], dtype=np.uint64)
+    raw = hashes.astype("<u8").tobytes()
+    for i in range(hashes.shape[0]):
+        digest = hashlib.blake2b(raw[8 * i : 8 * i + 8], digest_size=8, key=key).digest()
+        out[i] = int.from_bytes(digest, "little")
+    return out

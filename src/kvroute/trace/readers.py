@@ -15,6 +15,7 @@ from typing import Any
 
 from kvroute.errors import EmptyTraceError, InputError
 from kvroute.registry import Registry
+from kvroute.trace.formats.bailian import BailianFormat
 from kvroute.trace.formats.base import Container, ReadOptions, RecordError, TraceFormat
 from kvroute.trace.formats.mooncake import MooncakeFormat
 from kvroute.trace.formats.native import HeaderError, NativeFormat
@@ -30,6 +31,7 @@ def trace_formats() -> Registry[FormatFactory]:
     """The registered trace formats, in detection order (most specific first)."""
     reg: Registry[FormatFactory] = Registry("trace format")
     reg.add("kvroute", NativeFormat)
+    reg.add("bailian", BailianFormat)
     reg.add("mooncake", MooncakeFormat)
     reg.add("sharegpt", ShareGPTFormat)
     reg.add("openai", OpenAILogFormat)

@@ -231,6 +231,11 @@ def _text(
     return " ".join(out) + "."
 
 
+def sample_text(rng: np.random.Generator, num_words: int) -> str:
+    """``num_words`` words of the sample's vocabulary, as sentences."""
+    return _text(rng, num_words)
+
+
 def _tools(rng: np.random.Generator) -> list[dict[str, Any]]:
     names = ["lookup_order", "issue_refund", "update_address", "search_kb", "escalate_ticket"]
     return [

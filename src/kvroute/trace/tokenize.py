@@ -133,15 +133,25 @@ def _finish(
         yield from _rebuild(batch, work, handle.get())
 
 
+def prompt_text(tokenizer: ChatTokenizer, prompt: ChatPrompt | TextPrompt) -> str:
+    """The text an engine tokenizes for ``prompt``: a completion's text as it is, a chat
+    rendered with the model's chat template."""
+    if isinstance(prompt, TextPrompt):
+        return prompt.text
+    return tokenizer.render_chat(prompt.messages, prompt.tools)
+
+
+def encode_prompt(tokenizer: ChatTokenizer, prompt: ChatPrompt | TextPrompt) -> TokenIds:
+    """Token ids of one prompt, as :func:`tokenize_requests` encodes it."""
+    return tokenizer.encode(prompt_text(tokenizer, prompt))
+
+
 def _encode_work(tokenizer: ChatTokenizer, work: _Work) -> _Encoded:
     """Render and encode one batch's prompts and answers."""
     texts: list[str] = []
     for prompt, line in zip(work.prompts, work.source_lines, strict=True):
-        if isinstance(prompt, TextPrompt):
-            texts.append(prompt.text)
-            continue
         try:
-            texts.append(tokenizer.render_chat(prompt.messages, prompt.tools))
+            texts.append(prompt_text(tokenizer, prompt))
         except TokenizerError as exc:
             where = f"request at line {line}: " if line is not None else ""
             raise TokenizerError(f"{where}{exc.message}", hint=exc.hint) from exc

@@ -8,6 +8,7 @@ trace is never left corrupted by a failed write, and a link, FIFO or device stay
 
 from __future__ import annotations
 
+import enum
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
@@ -19,7 +20,15 @@ import orjson
 from kvroute.errors import InputError
 from kvroute.output_file import open_output
 from kvroute.trace.formats.native import HEADER_KEY, SCHEMA_VERSION
-from kvroute.trace.hashing import DEFAULT_SEED, HASH_SCHEME, chain_hashes, extend_chain
+from kvroute.trace.hashing import (
+    DEFAULT_SEED,
+    HASH_SCHEME,
+    KEYED_HASH_SCHEME,
+    chain_hashes,
+    extend_chain,
+    key_id,
+    keyed_hashes,
+)
 from kvroute.trace.records import BlockPrompt, Request, StructuredOutput, TokenPrompt
 from kvroute.types import BlockHashes, TokenIds
 
@@ -36,20 +45,42 @@ def prompt_block_hashes(
     return np.append(full, np.uint64(extend_chain(parent, tail, seed)))
 
 
+class Layout(enum.Enum):
+    """``kvroute``: a header line, then kvroute records. ``mooncake``: Mooncake records
+    (``timestamp`` in ms, ``input_length``, ``output_length``, ``hash_ids``) with the
+    block size in each (``block_size``, as kvcache-simulator reads it), no header; a
+    keyed export names its key in each record too (``key_id``)."""
+
+    KVROUTE = "kvroute"
+    MOONCAKE = "mooncake"
+
+
 class TraceWriter:
     """Writes requests as kvroute trace records; use as a context manager.
 
     ``append`` accepts requests whose prompt is token ids (hashed here) or block hashes
     of the writer's block size. The file appears at ``path`` only when the writer is
-    closed without an exception.
+    closed without an exception. With ``key`` every hash goes through
+    :func:`~kvroute.trace.hashing.keyed_hashes` and the header names the key's id, so
+    only traces written with the same key compare, and no prompt can be guessed from
+    the file.
     """
 
     def __init__(
-        self, path: Path, *, block_size_tokens: int = 16, seed: int = DEFAULT_SEED
+        self,
+        path: Path,
+        *,
+        block_size_tokens: int = 16,
+        seed: int = DEFAULT_SEED,
+        key: bytes | None = None,
+        layout: Layout = Layout.KVROUTE,
     ) -> None:
         self.path = path
         self.block_size_tokens = block_size_tokens
         self.seed = seed
+        self.key = key
+        self.key_id = None if key is None else key_id(key)
+        self.layout = layout
         self.num_written = 0
         self._output: AbstractContextManager[IO[bytes]] | None = None
         self._file: IO[bytes] | None = None
@@ -57,12 +88,16 @@ class TraceWriter:
     def __enter__(self) -> TraceWriter:
         self._output = open_output(self.path)
         self._file = self._output.__enter__()
-        header = {
+        if self.layout is Layout.MOONCAKE:
+            return self
+        header: dict[str, Any] = {
             HEADER_KEY: SCHEMA_VERSION,
             "block_size": self.block_size_tokens,
-            "hash_scheme": HASH_SCHEME,
+            "hash_scheme": HASH_SCHEME if self.key_id is None else KEYED_HASH_SCHEME,
             "seed": self.seed,
         }
+        if self.key_id is not None:
+            header["key_id"] = self.key_id
         self._file.write(orjson.dumps(header) + b"\n")
         return self
 
@@ -81,6 +116,12 @@ class TraceWriter:
             hashes, input_len = prompt.block_hashes, prompt.num_tokens
         else:
             raise TypeError("tokenize chat and text prompts before writing a kvroute trace")
+        if self.key is not None:
+            hashes = keyed_hashes(hashes, self.key)
+        if self.layout is Layout.MOONCAKE:
+            self._file.write(orjson.dumps(self._mooncake(req, hashes, input_len)) + b"\n")
+            self.num_written += 1
+            return
         rec: dict[str, Any] = {"input_len": input_len, "hashes": hashes.tolist()}
         optional = {
             "t": req.arrival_s,
@@ -100,6 +141,18 @@ class TraceWriter:
             rec["structured"] = req.attrs.structured_output.value
         self._file.write(orjson.dumps(rec) + b"\n")
         self.num_written += 1
+
+    def _mooncake(self, req: Request, hashes: BlockHashes, input_len: int) -> dict[str, Any]:
+        rec: dict[str, Any] = {
+            "timestamp": None if req.arrival_s is None else round(req.arrival_s * 1000, 3),
+            "input_length": input_len,
+            "output_length": req.output_len,
+            "hash_ids": hashes.tolist(),
+            "block_size": self.block_size_tokens,
+        }
+        optional = {"session_id": req.session_id, "model": req.model, "key_id": self.key_id}
+        rec.update({k: v for k, v in optional.items() if v is not None})
+        return {k: v for k, v in rec.items() if v is not None}
 
     def __exit__(
         self,

@@ -3,6 +3,9 @@
 The first line is a header, every other line one request::
 
     {"kvroute_trace": 1, "block_size": 16, "hash_scheme": "kvroute-chain-v1", "seed": 7743...}
+
+(``kvroute export`` writes ``"hash_scheme": "kvroute-keyed-v1", "key_id": "..."``: the
+same chain passed through a keyed function, see :func:`kvroute.trace.hashing.keyed_hashes`.)
     {"t": 1764504000.125, "end_t": 1764504001.5, "session": "s1", "model": "smollm2",
      "input_len": 1234, "output_len": 56, "hashes": [1311..., 9042...],
      "class": "agent", "tools": true, "structured": "none", "turn": 3, "messages": 7,
@@ -29,6 +32,7 @@ from kvroute.trace.formats.base import (
     opt_time_s,
     require_dict,
 )
+from kvroute.trace.hashing import HASH_SCHEME, KEYED_HASH_SCHEME
 from kvroute.trace.records import BlockPrompt, Request, RequestAttrs, StructuredOutput
 
 SCHEMA_VERSION = 1
@@ -117,6 +121,7 @@ def _header_block_size(header: dict[str, Any]) -> int:
             HEADER_KEY,
             hint="it was written by another kvroute release: read it with that release or a newer one",
         )
+    _check_hash_scheme(header)
     try:
         return opt_int(header, "block_size", minimum=1) or 16
     except RecordError as exc:
@@ -125,3 +130,24 @@ def _header_block_size(header: dict[str, Any]) -> int:
             exc.field,
             hint='fix the header line, e.g. {"kvroute_trace": 1, "block_size": 16}',
         ) from None
+
+
+def _check_hash_scheme(header: dict[str, Any]) -> None:
+    """A keyed export must name its key; an unknown scheme is refused: its hashes would
+    compare with nothing this release computes."""
+    scheme = header.get("hash_scheme", HASH_SCHEME)
+    if scheme == HASH_SCHEME:
+        return
+    if scheme != KEYED_HASH_SCHEME:
+        raise HeaderError(
+            f"unknown hash scheme {scheme!r} (this kvroute reads {HASH_SCHEME} and {KEYED_HASH_SCHEME})",
+            "hash_scheme",
+            hint="it was written by another tool or release",
+        )
+    kid = header.get("key_id")
+    if not isinstance(kid, str) or len(kid) != 16 or any(c not in "0123456789abcdef" for c in kid):
+        raise HeaderError(
+            "a keyed trace's header needs its key_id (16 hex digits)",
+            "key_id",
+            hint="write keyed traces with `kvroute export`, which adds it",
+        )
