@@ -18,11 +18,14 @@ from kvroute.cache.vllm import VllmConfig
 from kvroute.cli.console import make_console
 from kvroute.cli.files import emit
 from kvroute.cli.predict_live import serve_fixed
+from kvroute.errors import EngineError
 from kvroute.predict.calibration import Calibration
 from kvroute.predict.engine import ENGINES, EngineFlags
-from kvroute.predict.fit import RunPoint, bootstrap, fit, relative_errors
+from kvroute.predict.fit import RunPoint, bootstrap, fit, relative_errors, usable
 from kvroute.predict.hardware import hardware_for, model_cost
 from kvroute.predict.probes import microbenchmark
+
+MIN_PROBES = 4
 
 
 @click.command("calibrate")
@@ -115,6 +118,16 @@ def calibrate_cmd(
                 num_requests=w.num_requests,
             )
         )
+    kept = [p for p in points if usable(p)]
+    for p in points:
+        if not usable(p):
+            console.print(
+                f"note: {p.label} left out (no usable TTFT or TPOT: the engine "
+                "may have streamed its tokens in one chunk)"
+            )
+    if len(kept) < MIN_PROBES:
+        raise EngineError(f"{url}: only {len(kept)} probes measured; need {MIN_PROBES}")
+    points = kept
     with console.status("fitting"):
         result = fit(points, flags)
         draws = bootstrap(result, np.random.default_rng(seed), num_samples=samples)

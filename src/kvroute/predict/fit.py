@@ -79,6 +79,11 @@ class FitResult:
     """The final design rows (2 per point: TTFT then TPOT), relative; for the bootstrap."""
 
 
+def usable(p: RunPoint) -> bool:
+    """Whether a run's measurements can make rows (finite and positive)."""
+    return all(math.isfinite(v) and v > 0 for v in (p.ttft_s, p.tpot_s))
+
+
 def _replay_point(p: RunPoint, flags: EngineFlags, coef: Vector) -> ReplayTimes:
     n = p.num_requests or max(3 * p.concurrency, 32)
     sim = EngineSim(p.engine, flags, p.capacity_tokens)
@@ -142,6 +147,8 @@ def fit(
     """Non-negative coefficients for ``points`` (one engine, one hardware kind)."""
     if not points:
         raise ValueError("nothing to fit")
+    if not all(usable(p) for p in points):
+        raise ValueError("every run needs a finite, positive measured TTFT and TPOT")
     f = flags or EngineFlags()
     coef = initial
     rows = np.zeros((0, len(FEATURES)))

@@ -39,6 +39,6 @@ def microbenchmark(*, max_isl: int = 1024, max_batch: int = 4) -> list[Probe]:
     probes.append(Probe(FixedWorkload(max_isl, 4, num_requests=4, prefix_tokens=prefix), 1))
     batches = sorted({1, max(1, max_batch // 2), max_batch})
     for c in batches:
-        for isl in (128, max_isl // 2):
+        for isl in sorted({128, max_isl // 2}):
             probes.append(Probe(FixedWorkload(isl, 32, num_requests=2 * c), c))
     return probes
