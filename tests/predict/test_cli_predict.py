@@ -154,3 +154,30 @@ def test_a_calibration_for_another_engine_is_refused(tmp_path: Path) -> None:
     bad.write_text('{"kvroute_calibration": 1, "features": []}')
     code, _, stderr = _run([*BASE, "--concurrency", "2", "--calibration", str(bad)])
     assert code == 3 and "field 'features'" in stderr
+
+
+def test_predict_a_trace_uses_its_times_and_the_cache_models_hits(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    assert _run(["sample", str(trace)])[0] == 0
+    out = tmp_path / "p.json"
+    args = [
+        "predict",
+        str(trace),
+        "-e",
+        "sglang",
+        "-m",
+        "llama-3.1-8b",
+        "-g",
+        "h100-80gb",
+        "--samples",
+        "2",
+        "--json",
+        str(out),
+    ]
+    code, _, stderr = _run(args)
+    assert code == 0, stderr
+    doc = json.loads(out.read_text())
+    assert doc["load"] == "the trace's arrival times"
+    assert doc["num_requests"] == 600 and doc["num_rejected"] == 0
+    assert doc["hit_ratio"] > 0.3  # the sample's shared system prompts and sessions hit
+    assert sum(doc["requests"]["cached_tokens"]) > 0
