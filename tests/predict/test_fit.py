@@ -64,3 +64,18 @@ def test_nnls_matches_the_unconstrained_solution_when_it_is_positive() -> None:
     np.testing.assert_allclose(nnls(a, a @ x), x, rtol=1e-8)
     y = nnls(a, a @ np.array([1.0, -2.0, 0.5, 3.0]))
     assert (y >= 0).all()
+
+
+def test_fit_on_probes_with_few_equal_requests_stays_finite() -> None:
+    # Two clients x two requests: four nearly equal TTFTs, an even count whose median is
+    # no request's value. The rows must still pick a request (this once gave NaN).
+    p = load_presets()
+    cost = model_cost(p.models["smollm2-135m"])
+    hw = hardware_for(p.gpus["cpu-testbed"])
+    points = [
+        RunPoint("probe", "vllm", hw, cost, 40_000, isl, 16, c, ttft, tpot, num_requests=2 * c)
+        for isl, c, ttft, tpot in ((64, 1, 0.2, 0.05), (128, 2, 0.5, 0.06), (256, 1, 0.6, 0.05))
+    ]
+    result = fit(points)
+    assert all(np.isfinite(result.coefficients))
+    assert all(np.isfinite([q.ttft_s for q in result.predictions]))

@@ -96,8 +96,10 @@ def _middle(values: FloatArray) -> npt.NDArray[np.bool_]:
     ok = np.isfinite(values)
     lo, hi = np.quantile(values[ok], MIDDLE)
     pick: npt.NDArray[np.bool_] = ok & (values >= lo) & (values <= hi)
-    if not pick.any():
-        pick = ok & (values == np.median(values[ok]))
+    if not pick.any():  # few requests, nearly equal values: the one nearest the median
+        gap = np.where(ok, np.abs(values - np.median(values[ok])), np.inf)
+        pick = np.zeros(values.shape, dtype=bool)
+        pick[int(np.argmin(gap))] = True
     return pick
 
 
