@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from kvroute.predict.workload import BLOCK_TOKENS, FixedWorkload
 
-
 DECODE_TOKENS = 16
 
 
