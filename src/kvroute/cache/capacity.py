@@ -64,6 +64,12 @@ class ModelShape:
     source: str
     """Where the shape came from: ``preset``, a config.json path, a GGUF path."""
     weights_estimated: bool = False
+    num_params: int | None = None
+    """Parameters (the latency predictor's ``2 x P`` FLOPs per token); ``None``: unknown."""
+    attn_dim: int | None = None
+    """Query heads x head dim: the width the attention FLOPs scale with."""
+    hidden_size: int | None = None
+    """The residual width (what tensor-parallel all-reduces move per token and layer)."""
 
     def kv_bytes_per_token(self, kv_dtype: str = "auto") -> int:
         try:
@@ -79,6 +85,12 @@ class GpuSpec:
     key: str
     name: str
     memory_bytes: int
+    mem_bw_bytes_per_s: float | None = None
+    """Memory bandwidth; ``None`` where the preset has no speed data (the predictor refuses)."""
+    link_bytes_per_s: float | None = None
+    """Per-GPU interconnect bandwidth, one direction (NVLink, else PCIe)."""
+    dense_flops_per_s: tuple[tuple[str, float], ...] = ()
+    """Dense (not 2:4-sparse) tensor FLOP/s by dtype, as (dtype, flops) pairs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +129,28 @@ def load_presets() -> Presets:
             kv_elements_per_token=m["num_layers"] * m["num_kv_heads"] * 2 * m["head_dim"],
             weight_bytes=m["weight_bytes"],
             source=f"preset ({m['hf_id']})",
+            num_params=m.get("num_params"),
+            attn_dim=m["num_heads"] * m["head_dim"] if "num_heads" in m else None,
+            hidden_size=m.get("hidden_size"),
         )
         for key, m in raw["models"].items()
     }
-    gpus = {key: GpuSpec(key, g["name"], g["memory_mib"] * MIB) for key, g in raw["gpus"].items()}
+    gpus = {key: _gpu(key, g) for key, g in raw["gpus"].items()}
     return Presets(models, gpus)
+
+
+def _gpu(key: str, g: dict[str, Any]) -> GpuSpec:
+    bw = g.get("mem_bw_gbps")
+    link = g.get("link_gbps")
+    flops = g.get("dense_tflops", {})
+    return GpuSpec(
+        key,
+        g["name"],
+        g["memory_mib"] * MIB,
+        mem_bw_bytes_per_s=None if bw is None else float(bw) * 1e9,
+        link_bytes_per_s=None if link is None else float(link) * 1e9,
+        dense_flops_per_s=tuple((str(k), float(v) * 1e12) for k, v in flops.items()),
+    )
 
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?)([bB]?)\s*$")
@@ -214,6 +243,9 @@ def model_from_hf_config(path: Path) -> ModelShape:
         weight_bytes=weights,
         source=str(path),
         weights_estimated=estimated,
+        num_params=_estimate_weights(cfg, layers, heads, int(kv_heads), int(head_dim), hidden) // 2,
+        attn_dim=heads * int(head_dim),
+        hidden_size=hidden,
     )
 
 

@@ -86,8 +86,9 @@ class _Seqs:
             yield from zip(idx, pairs, strict=True)
 
 
-class _WaitingView(Sequence[CacheSeq]):
-    """The waiting queue's prompts, as the model's ``schedule_order`` reads them."""
+class WaitingView(Sequence[CacheSeq]):
+    """The waiting queue's prompts, as the model's ``schedule_order`` reads them (also
+    the latency replay's, :mod:`kvroute.predict.replay`)."""
 
     def __init__(self, rids: deque[int], pairs: dict[int, SeqPair]) -> None:
         self._rids = rids
@@ -206,7 +207,7 @@ def _timed(
     waiting: deque[int] = deque()
     pairs: dict[int, SeqPair] = {}
     running: dict[int, CacheSeq] = {}
-    view = _WaitingView(waiting, pairs)
+    view = WaitingView(waiting, pairs)
     heap: list[tuple[float, int]] = []
     heappush, heappop = heapq.heappush, heapq.heappop
     peak_running = 0

@@ -123,6 +123,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "presets_cmd",
         "List the model and GPU presets simulate sizes the KV pool from.",
     ),
+    "predict": (
+        "kvroute.cli.predict",
+        "predict_cmd",
+        "Predict TTFT, TPOT and E2E per engine for a trace or a synthetic load, on a GPU.",
+    ),
+    "calibrate": (
+        "kvroute.cli.calibrate",
+        "calibrate_cmd",
+        "Fit the latency predictor's step-time coefficients on a live engine.",
+    ),
     "bench": (
         "kvroute.cli.bench",
         "bench_group",
