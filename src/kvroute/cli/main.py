@@ -100,6 +100,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "simulate_cmd",
         "Predict what llama.cpp, vLLM and SGLang would cache on a trace, at a KV capacity.",
     ),
+    "advise": (
+        "kvroute.cli.advise",
+        "advise_cmd",
+        "Advise an engine per workload class, its flags, a gateway config and alerts.",
+    ),
     "bench": (
         "kvroute.cli.bench",
         "bench_group",

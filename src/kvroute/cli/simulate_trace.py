@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain
 from pathlib import Path
 
@@ -25,9 +25,13 @@ def load_trace(
     workers: int | None,
     skip_invalid: bool,
     console: Console,
+    *,
+    tap: Callable[[Request], None] | None = None,
 ) -> tuple[list[Request], TraceSource]:
     """Read (and tokenize) the whole trace: every engine replays it. A plain path is
-    named as given; ``-`` needs :func:`kvroute.cli.trace_input.open_trace` first."""
+    named as given; ``-`` needs :func:`kvroute.cli.trace_input.open_trace` first.
+    ``tap`` sees each request as read, before its prompt is tokenized (advise labels
+    chat requests by their messages)."""
     if isinstance(given, Path):
         given = TraceInput(given, str(given))
     trace = given.path
@@ -38,6 +42,8 @@ def load_trace(
     )
     first = next(requests)
     stream: Iterator[Request] = chain([first], requests)
+    if tap is not None:
+        stream = _tapped(stream, tap)
     tokenizer_name = None
     if not isinstance(first.prompt, BlockPrompt | TokenPrompt):
         from kvroute.trace.tokenize import tokenize_requests
@@ -49,6 +55,12 @@ def load_trace(
         loaded = list(stream)
     source = TraceSource(given.name, fmt_name, tokenizer_name, stats.num_skipped)
     return loaded, source
+
+
+def _tapped(stream: Iterator[Request], tap: Callable[[Request], None]) -> Iterator[Request]:
+    for request in stream:
+        tap(request)
+        yield request
 
 
 def ideal_cache(
