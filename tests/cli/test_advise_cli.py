@@ -164,3 +164,44 @@ def test_a_failed_write_leaves_the_directory_as_it_was(tmp_path: Path) -> None:
         write_out_dir(out, {"a.json": b"1", "no/such/dir.txt": b"2"}, frozenset())
     assert [p.name for p in out.iterdir()] == ["old.json"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging left behind
+
+
+def test_a_capacity_bound_hash_only_trace_is_led_by_capacity(tmp_path: Path) -> None:
+    # 30 documents of 40 blocks (20k tokens) read in turn: a 600k-token working set
+    # against a ~47k-token pool (SmolLM2, 1 GiB on the CPU), so LRU keeps nothing
+    trace = tmp_path / "mooncake.jsonl"
+    lines = []
+    for i in range(300):
+        doc = i % 30
+        hashes = [doc * 1000 + b for b in range(40)] + [100_000 + i]
+        lines.append(
+            json.dumps(
+                {
+                    "timestamp": i * 1000,
+                    "input_length": 41 * 512,
+                    "output_length": 16,
+                    "hash_ids": hashes,
+                }
+            )
+        )
+    trace.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    code, stdout, stderr = run(
+        "advise", str(trace), "--out", str(out), "--gpu", "cpu", "--model", "smollm2-135m"
+    )
+    assert code == 0, stderr
+    advice = json.loads((out / "advice.json").read_text())
+    assert advice["trace"]["prompt_form"] == "block_hashes"
+    assert advice["headline"].startswith(
+        "KV capacity, not the engine, is the lever for 100% of requests"
+    )
+    (only,) = advice["classes"]
+    assert only["workload"] == "completion" and only["lever"] == "capacity"
+    cap = only["capacity"]
+    assert cap["value_at_pool"] < 0.1
+    assert only["overlap"] > 0.8
+    assert (
+        cap["pool_for_target_tokens"] is not None
+        and cap["pool_for_target_tokens"] > 8 * cap["pool_tokens"]
+    )
+    assert "KV capacity, not the engine" in stdout

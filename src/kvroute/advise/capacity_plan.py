@@ -11,7 +11,8 @@ From the same evidence as the decision, at other pools:
   the replicas the target pool needs (2 to ``MAX_REPLICAS``).
 
 Capacity is the lever when the engine reaches less than ``LEVER_SHARE`` of the ideal at
-the pool *and* four times the pool gains more than the engines differ at the pool.
+the pool *and* a larger pool of the sweep gains more than the engines differ at the
+pool (a working set read in turn shows a cliff, not a slope: the whole sweep counts).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
 TARGET_SHARE = 0.9
 LEVER_SHARE = 0.75
 SWEEP_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
-LEVER_FACTOR = 4.0
 MAX_REPLICAS = 8
 _AFFINITY_PREFIX_TOKENS = 64
 
@@ -122,8 +122,9 @@ def plan_capacity(
     )
     n = MAX_REPLICAS if needed is None else math.ceil(needed / pool)
     reps = replicas(requests, int(np.clip(n, 2, MAX_REPLICAS)), evidence, engine, hardware)
-    at_lever = next(p.value for p in sweep if p.capacity_tokens == max(1, int(pool * LEVER_FACTOR)))
-    gain = at_lever - at_pool.value
+    larger = [p for p in sweep if p.capacity_tokens > pool]
+    best = max(larger, key=lambda p: p.value)
+    gain = best.value - at_pool.value
     lever = Lever.CAPACITY if share < LEVER_SHARE and gain > engine_spread else Lever.NONE
     citations = [
         Citation(
@@ -135,8 +136,8 @@ def plan_capacity(
         ),
         Citation(
             "capacity_gain_vs_engine_spread",
-            f"{where}.capacity.sweep[{LEVER_FACTOR:g}x]",
-            f"+{gain * 100:.1f} pp at {LEVER_FACTOR:g}x the pool",
+            f"{where}.capacity.sweep",
+            f"+{gain * 100:.1f} pp at {best.capacity_tokens:,} tokens ({best.capacity_tokens / pool:g}x the pool)",
             f"> engines' spread {engine_spread * 100:.1f} pp",
             "capacity is the lever" if lever is Lever.CAPACITY else "capacity is not the lever",
         ),
