@@ -155,3 +155,9 @@ def test_classes_are_decided_largest_first_and_share_the_fleet() -> None:
     assert [d.workload for d in out] == ["agent", "chat"]
     assert out[0].engine == "sglang" and out[0].move is Move.STAY
     assert out[1].engine == "sglang" and out[1].move is Move.SWITCH
+
+
+def test_a_small_class_does_not_test_the_prior() -> None:
+    d = decide_class(class_input(n=20, overlap=0.9), context(shares(0.3, 0.5, 0.5)), {"vllm"})
+    assert d.prior.engine == "sglang" and d.prior.borne_out is None
+    assert d.prior.text.endswith("too few requests to test it")

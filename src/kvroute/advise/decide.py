@@ -18,7 +18,7 @@ to tell engines apart, and the result says how many would do.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvroute.advise.base import EngineFigures, LatencyEvidence
 from kvroute.advise.capacity_plan import plan_capacity
@@ -232,6 +232,8 @@ def decide_class(inp: ClassInput, ctx: DecisionContext, fleet: set[str]) -> Clas
         else (Lever.ENGINE if move is not Move.STAY else Lever.NONE)
     )
     prior = _prior(inp.overlap, engine, scores)
+    if not enough and prior.engine is not None:
+        prior = replace(prior, borne_out=None, text=f"{prior.text}; too few requests to test it")
     citations.append(
         Citation(
             "band_prior",

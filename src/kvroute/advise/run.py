@@ -226,13 +226,25 @@ def headline(decisions: Sequence[ClassDecision]) -> str:
     engines = "; ".join(
         f"{ENGINE_NAMES[e]} for {', '.join(names)}" for e, names in sorted(by_engine.items())
     )
+    against = [d for d in decisions if d.prior.borne_out is False]
+    prior = (
+        " The 40/60 % bands' prior is not borne out for "
+        + ", ".join(
+            f"{d.workload} ({d.prior.overlap:.0%} overlap: {ENGINE_NAMES[d.prior.engine or 'vllm']})"
+            for d in against
+        )
+        + "."
+        if against
+        else ""
+    )
     if cap_share >= 0.5:
         names = ", ".join(d.workload for d in decisions if d.lever is Lever.CAPACITY)
         return (
             f"KV capacity, not the engine, is the lever for {cap_share:.0%} of requests "
-            f"({names}): grow the pool or add replicas with cache-aware routing. Engines: {engines}."
+            f"({names}): grow the pool or add replicas with cache-aware routing. "
+            f"Engines: {engines}.{prior}"
         )
-    return f"Run {engines}."
+    return f"Run {engines}.{prior}"
 
 
 def _notes(options: AdviseOptions, evidence: LatencyEvidence) -> list[str]:
