@@ -131,6 +131,7 @@ def test_too_small_a_trace_says_how_many_would_do(tmp_path: Path) -> None:
         (["--model", "llama-3.1-70b", "--gpu", "l4"], "leaves no KV memory on 1 x NVIDIA L4"),
         (["--engines", "tgi"], "unknown engine 'tgi'"),
         (["--team-size", "0"], "--team-size must be at least 1"),
+        (["--evidence", "latency"], "unknown advise evidence 'latency' (valid: hits)"),
     ],
 )
 def test_bad_options_are_one_line_and_write_nothing(

@@ -18,7 +18,6 @@ from kvroute.advise.alerts import alerts_yaml
 from kvroute.advise.current import engine_by_class, single_engine
 from kvroute.advise.gateway_config import default_url, gateway_engines, gateway_yaml
 from kvroute.advise.hardware import CPU, resolve_hardware
-from kvroute.advise.hit_evidence import HitEvidence
 from kvroute.advise.launch_scripts import launch_scripts
 from kvroute.advise.options import (
     ENGINES,
@@ -29,6 +28,7 @@ from kvroute.advise.options import (
     parse_engine_list,
     parse_slo,
 )
+from kvroute.advise.registry import evidence_sources
 from kvroute.advise.result import Advice
 from kvroute.advise.rules import load_advisories
 from kvroute.advise.run import ROUTE_PER_CLASS_TEAM, TraceSourceInfo, advise
@@ -139,6 +139,13 @@ from kvroute.trace.records import Request
     help="ENGINE=URL of a running engine for gateway.yaml (default 127.0.0.1:8081/8082/8083).",
 )
 @click.option(
+    "--evidence",
+    "evidence_name",
+    default="hits",
+    show_default=True,
+    help="What engines are scored on (hits: prefill saved, from the cache models).",
+)
+@click.option(
     "--min-requests",
     type=click.IntRange(1),
     default=100,
@@ -172,6 +179,7 @@ def advise_cmd(
     calibration: Path | None,
     current_path: Path | None,
     urls: tuple[str, ...],
+    evidence_name: str,
     min_requests: int,
     format_name: str | None,
     tokenizer: str | None,
@@ -206,6 +214,7 @@ def advise_cmd(
     for engine in url_map:
         if engine not in ENGINES:
             raise UsageError(f"--url: unknown engine '{engine}' (valid: {', '.join(ENGINES)})")
+    evidence = evidence_sources().get(evidence_name)()
     check_out_dir(out, force=force)
     hardware = resolve_hardware(
         resolve_model(model),
@@ -238,7 +247,7 @@ def advise_cmd(
             TraceSourceInfo(source.path, source.format, source.tokenizer),
             hardware,
             options,
-            HitEvidence(),
+            evidence,
             load_advisories(),
             current=current,
         )
