@@ -84,14 +84,20 @@ def gateway_engines(advice: Advice) -> list[str]:
     return [e for e in ("vllm", "sglang", "llamacpp") if e in used]
 
 
-def gateway_yaml(advice: Advice, urls: Mapping[str, str], *, exposed: bool) -> str:
+def gateway_yaml(
+    advice: Advice, urls: Mapping[str, str], *, exposed: bool, tokenizer: str | None = None
+) -> str:
+    """``tokenizer``: the served model's (what advise tokenized with), for cache_aware
+    routes and capture; None: the gateway's default model."""
     engines = gateway_engines(advice)
     routes = [_route(d) for d in advice.classes]
     if advice.scope != "single_engine":
         largest = max(advice.classes, key=lambda d: d.share_of_requests)
         routes.append({"name": "rest", "pool": largest.engine, "policy": "least_outstanding"})
-    doc: dict[str, Any] = {
-        "listener": {"host": "127.0.0.1", "port": 8000},
+    doc: dict[str, Any] = {"listener": {"host": "127.0.0.1", "port": 8000}}
+    if tokenizer:
+        doc["tokenizer"] = tokenizer
+    doc |= {
         "backends": [_backend(e, advice, urls) for e in engines],
         "routes": routes,
     }

@@ -260,6 +260,8 @@ def advise_cmd(
         url_map,
         exposed=options.exposure in (Exposure.INTERNET, Exposure.MULTI_TENANT),
         cpu=gpu.strip().lower() == CPU,
+        # absolute: the gateway runs from elsewhere
+        tokenizer=str(Path(tokenizer).expanduser().resolve()) if tokenizer else None,
     )
     write_out_dir(out, files, frozenset(n for n in files if n.endswith(".sh")))
     if not quiet:
@@ -270,13 +272,18 @@ def advise_cmd(
 
 
 def render_outputs(
-    advice: Advice, urls: dict[str, str], *, exposed: bool, cpu: bool
+    advice: Advice,
+    urls: dict[str, str],
+    *,
+    exposed: bool,
+    cpu: bool,
+    tokenizer: str | None = None,
 ) -> dict[str, bytes]:
     """Every file of --out, in memory; the gateway config is parsed as `serve` parses it."""
     from kvroute.report.advise_page import advise_page
 
     all_urls = {e: urls.get(e, default_url(e)) for e in gateway_engines(advice)}
-    gateway = gateway_yaml(advice, all_urls, exposed=exposed)
+    gateway = gateway_yaml(advice, all_urls, exposed=exposed, tokenizer=tokenizer)
     parse_config(gateway, "gateway.yaml", env={})  # a config serve would refuse is a bug here
     files: dict[str, bytes] = {
         "advice.json": json_bytes(advice) + b"\n",
