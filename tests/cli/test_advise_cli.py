@@ -58,7 +58,7 @@ def test_outputs(advised: Path) -> None:
         )
     assert os.access(advised / "launch-vllm.sh", os.X_OK)
     html = (advised / "report.html").read_text()
-    assert html.index(advice["headline"].split(":")[0]) < html.index("Scores") < html.index("<svg")
+    assert html.index(advice["headline"].split(".")[0]) < html.index("Scores") < html.index("<svg")
     states = {
         r["labels"]["state"]
         for r in yaml.safe_load((advised / "alerts.yaml").read_text())["groups"][0]["rules"]
