@@ -265,9 +265,10 @@ def advise_cmd(
     )
     write_out_dir(out, files, frozenset(n for n in files if n.endswith(".sh")))
     if not quiet:
-        console.print(advice.headline)
+        # soft_wrap: one line per decision, whatever the terminal width (grep-able)
+        console.print(advice.headline, soft_wrap=True, markup=False)
         for d in advice.classes:
-            console.print(f"  {d.headline}")
+            console.print(f"  {d.headline}", soft_wrap=True, markup=False)
         console.print(f"wrote {out}/: {', '.join(sorted(files))}")
 
 
