@@ -155,14 +155,12 @@ def _scores(
     return out
 
 
-def decide_class(inp: ClassInput, ctx: DecisionContext, fleet: set[str]) -> ClassDecision:
-    """Decide one class; ``fleet`` holds the engines already chosen (for the margin)."""
-    where = f"classes[{inp.name}]"
+def _feasible(inp: ClassInput, ctx: DecisionContext) -> tuple[list[Feasibility], list[str]]:
+    """Every engine through the rules; raises :class:`UsageError` when none may serve."""
     facts = ClassFacts(inp.name, inp.concurrency_p90, inp.num_tenants)
-    feas: list[Feasibility] = [
-        feasibility(
-            e, facts, ctx.hardware, ctx.options.exposure, ctx.options.engines, ctx.advisories
-        )
+    opts = ctx.options
+    feas = [
+        feasibility(e, facts, ctx.hardware, opts.exposure, opts.engines, ctx.advisories)
         for e in ENGINES
     ]
     feasible = [f.engine for f in feas if f.feasible]
@@ -172,53 +170,68 @@ def decide_class(inp: ClassInput, ctx: DecisionContext, fleet: set[str]) -> Clas
             + "; ".join(f"{f.engine}: {f.citations[-1].outcome}" for f in feas),
             hint="widen --engines, or change --exposure",
         )
+    return feas, feasible
+
+
+def _margin_citations(scores: list[EngineScore], incumbent: str, where: str) -> list[Citation]:
+    return [
+        Citation(
+            "switching_margin",
+            f"{where}.scores[{s.engine}].vs_incumbent_low",
+            _pp(s.vs_incumbent_low or 0.0),
+            f"> {s.margin * 100:.1f} pp over {ENGINE_NAMES[incumbent]}",
+            "clears" if s.clears_margin else "does not clear",
+        )
+        for s in scores
+        if s.margin is not None
+    ]
+
+
+def _requests_to_decide(
+    n: int, scores: list[EngineScore], moved: bool, enough: bool, minimum: int
+) -> int | None:
+    """The class minimum for a small class; else, when the incumbent stays, how many
+    requests would settle the closest challenger's comparison."""
+    if not enough:
+        return minimum
+    challengers = [s for s in scores if s.margin is not None]
+    closest = max(challengers, key=lambda s: s.vs_incumbent or 0.0, default=None)
+    if moved or closest is None or closest.margin is None:
+        return None
+    interval = Interval(
+        closest.vs_incumbent or 0.0,
+        closest.vs_incumbent_low or 0.0,
+        closest.vs_incumbent_high or 0.0,
+    )
+    return requests_to_resolve(n, interval, closest.margin)
+
+
+def decide_class(inp: ClassInput, ctx: DecisionContext, fleet: set[str]) -> ClassDecision:
+    """Decide one class; ``fleet`` holds the engines already chosen (for the margin)."""
+    where = f"classes[{inp.name}]"
+    feas, feasible = _feasible(inp, ctx)
     incumbent = _incumbent(inp.name, feasible, ctx.current)
     figures = {e: ctx.evidence.figures(inp.requests, e, ctx.hardware) for e in feasible}
     scores = _scores(inp, figures, incumbent, ctx, fleet)
-    citations: list[Citation] = []
-    enough = len(inp.requests) >= ctx.options.min_class_requests
-    citations.append(
+    minimum = ctx.options.min_class_requests
+    enough = len(inp.requests) >= minimum
+    citations = [
         Citation(
             "min_class_requests",
             f"{where}.num_requests",
             str(len(inp.requests)),
-            f">= {ctx.options.min_class_requests}",
+            f">= {minimum}",
             "decided" if enough else "too few: keeps the incumbent",
         )
-    )
+    ]
     winners = sorted(
         (s for s in scores if s.clears_margin and enough),
         key=lambda s: s.vs_incumbent_low or 0.0,
         reverse=True,
     )
     engine = winners[0].engine if winners else incumbent
-    for s in scores:
-        if s.margin is None:
-            continue
-        citations.append(
-            Citation(
-                "switching_margin",
-                f"{where}.scores[{s.engine}].vs_incumbent_low",
-                _pp(s.vs_incumbent_low or 0.0),
-                f"> {s.margin * 100:.1f} pp over {ENGINE_NAMES[incumbent]}",
-                "clears" if s.clears_margin else "does not clear",
-            )
-        )
-    challengers = [s for s in scores if s.margin is not None]
-    closest = max(challengers, key=lambda s: s.vs_incumbent or 0.0, default=None)
-    needed = None
-    if not enough:
-        needed = ctx.options.min_class_requests
-    elif closest is not None and closest.margin is not None and engine == incumbent:
-        needed = requests_to_resolve(
-            len(inp.requests),
-            Interval(
-                closest.vs_incumbent or 0.0,
-                closest.vs_incumbent_low or 0.0,
-                closest.vs_incumbent_high or 0.0,
-            ),
-            closest.margin,
-        )
+    citations.extend(_margin_citations(scores, incumbent, where))
+    needed = _requests_to_decide(len(inp.requests), scores, engine != incumbent, enough, minimum)
     values = [s.value for s in scores]
     spread = max(values) - min(values)
     capacity = plan_capacity(
