@@ -58,9 +58,10 @@ def _nice_bucket(duration_s: float, target_buckets: int = 60) -> float:
     return float(np.ceil(raw / 86400) * 86400)
 
 
-def _concurrency(
+def concurrency_of(
     arrival: npt.NDArray[np.float64], end: npt.NDArray[np.float64]
 ) -> Concurrency | None:
+    """Requests in flight from arrival and end times (None when under 90 % have both)."""
     ok = np.isfinite(arrival) & np.isfinite(end) & (end >= arrival)
     if ok.sum() < 0.9 * arrival.size or ok.sum() == 0:
         return None
@@ -122,5 +123,5 @@ def shape_of(
         duration_s=duration,
         mean_rate_per_s=rate,
         arrivals=arrivals,
-        concurrency=_concurrency(arrival_s, end_s),
+        concurrency=concurrency_of(arrival_s, end_s),
     )

@@ -133,6 +133,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "calibrate_cmd",
         "Fit the latency predictor's step-time coefficients on a live engine.",
     ),
+    "advise": (
+        "kvroute.cli.advise",
+        "advise_cmd",
+        "Advise an engine per workload class, its flags, a gateway config and alerts.",
+    ),
     "bench": (
         "kvroute.cli.bench",
         "bench_group",

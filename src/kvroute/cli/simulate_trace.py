@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain
 from pathlib import Path
 
@@ -26,9 +26,13 @@ def load_trace(
     workers: int | None,
     skip_invalid: bool,
     console: Console,
+    *,
+    tap: Callable[[Request], None] | None = None,
 ) -> tuple[list[Request], TraceSource]:
     """Read (and tokenize) the whole trace: every engine replays it. A plain path is
-    named as given; ``-`` needs :func:`kvroute.cli.trace_input.open_trace` first."""
+    named as given; ``-`` needs :func:`kvroute.cli.trace_input.open_trace` first.
+    ``tap`` sees each request as read, before its prompt is tokenized (advise labels
+    chat requests by their messages)."""
     if isinstance(given, Path):
         given = TraceInput(given, str(given))
     trace = given.path
@@ -39,6 +43,8 @@ def load_trace(
     )
     first = next(requests)
     stream: Iterator[Request] = chain([first], requests)
+    if tap is not None:
+        stream = _tapped(stream, tap)
     tokenizer_name = None
     if not isinstance(first.prompt, BlockPrompt | TokenPrompt):
         from kvroute.trace.tokenize import tokenize_requests
@@ -53,6 +59,12 @@ def load_trace(
     if skipped is not None:
         console.print(f"[yellow]{escape(skipped)}[/]")
     return loaded, source
+
+
+def _tapped(stream: Iterator[Request], tap: Callable[[Request], None]) -> Iterator[Request]:
+    for request in stream:
+        tap(request)
+        yield request
 
 
 def ideal_cache(

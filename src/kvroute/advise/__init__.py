@@ -1,0 +1,1 @@
+"""kvroute advise: an engine per workload class, its flags, a gateway config and alerts."""
