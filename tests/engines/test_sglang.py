@@ -27,9 +27,11 @@ from kvroute.engines.base import (
 from kvroute.engines.metrics_text import parse_metrics
 from kvroute.engines.sglang import (
     SglangAdapter,
+    SglangServerSettings,
     cache_counters_from_metrics,
     kv_capacity_from_server_info,
     response_cache_usage,
+    server_settings_from_info,
 )
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import EngineError
@@ -65,6 +67,26 @@ def test_capacity_from_server_info_old_and_new_layouts() -> None:
     assert kv_capacity_from_server_info(nested) == KvCapacity(block_size_tokens=16, num_blocks=100)
     with pytest.raises(EngineError):
         kv_capacity_from_server_info({"page_size": 1})
+
+
+def test_server_settings_as_sglang_0_5_23_reports_them() -> None:
+    # Abridged from a real 0.5.23 /get_server_info (server args at the top level).
+    info = {
+        "max_total_num_tokens": 2048,
+        "page_size": 1,
+        "radix_eviction_policy": "lru",
+        "schedule_policy": "fcfs",
+        "max_running_requests": 4,
+        "internal_states": [{"max_total_num_tokens": 2048}],
+        "version": "0.5.23",
+    }
+    assert server_settings_from_info(info) == SglangServerSettings(
+        KvCapacity(block_size_tokens=1, num_blocks=2048), "lru", "fcfs", 4
+    )
+    unlimited = server_settings_from_info({"max_total_num_tokens": 64, "page_size": 16})
+    assert (unlimited.radix_eviction_policy, unlimited.max_running_requests) == ("lru", None)
+    with pytest.raises(EngineError, match="names"):
+        server_settings_from_info({"max_total_num_tokens": 64, "schedule_policy": 3})
 
 
 def test_response_usage_openai_and_native() -> None:
@@ -137,7 +159,7 @@ def test_busy_flush_and_unreachable_server() -> None:
 # -- live: a real SGLang-CPU server ----------------------------------------------------
 
 MODEL = "SmolLM2-135M-Instruct"
-POOL_TOKENS = 8192  # tests/engine_fixtures.py SGLANG_OPTIONS
+POOL_TOKENS = 2048  # tests/engine_fixtures.py SGLANG_OPTIONS
 
 
 async def chat(client: httpx.AsyncClient, base_url: str, system: str, user: str) -> dict[str, Any]:
