@@ -101,7 +101,7 @@ def engines_group() -> None:
     "timeout_s",
     type=click.FloatRange(min=1),
     default=None,
-    help="Seconds to wait for readiness [default: 120 llamacpp, 600 vllm, 300 sglang].",
+    help="Seconds to wait for readiness [default: 120 llamacpp, 600 vllm, 600 sglang].",
 )
 @click.option(
     "--eager/--compile",

@@ -228,7 +228,7 @@ class SglangLauncher:
             "TRANSFORMERS_OFFLINE": "1",
             "DO_NOT_TRACK": "1",
         }
-        return LaunchCommand(argv=argv, env=env, ready_timeout_s=300.0)
+        return LaunchCommand(argv=argv, env=env, ready_timeout_s=600.0)
 
 
 def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
