@@ -125,11 +125,18 @@ def vllm_server(request: pytest.FixtureRequest, engine_pools: EnginePools) -> En
 
 
 @pytest.fixture
-def sglang_server(request: pytest.FixtureRequest, engine_pools: EnginePools) -> EngineRecord:
-    """One SGLang-CPU server (4 running requests, a pool of 2,048 tokens, page size 1)."""
+def sglang_pool(request: pytest.FixtureRequest, engine_pools: EnginePools) -> list[EngineRecord]:
+    """Two SGLang-CPU replicas (4 running requests, a pool of 2,048 tokens, page size 1,
+    one CPU each), shared by the session: ~3 GB each, so the session never runs more."""
     _require_markers(request, "sglang")
     try:
         sglang_python_path()
     except EngineError as exc:
         pytest.skip(f"SGLang is not installed here: {exc}")
-    return engine_pools.get("sglang", 1, SGLANG_OPTIONS)[0]
+    return engine_pools.get("sglang", 2, SGLANG_OPTIONS)
+
+
+@pytest.fixture
+def sglang_server(sglang_pool: list[EngineRecord]) -> EngineRecord:
+    """The first replica of :func:`sglang_pool`: tests that need one server share it."""
+    return sglang_pool[0]
