@@ -69,10 +69,10 @@ def test_up_status_logs_down(tmp_path: Path) -> None:
 
 def test_unknown_engine_is_a_usage_error_naming_the_valid_ones(tmp_path: Path) -> None:
     result = CliRunner().invoke(
-        engines_group, ["up", "--engine", "sglang", "--state-dir", str(tmp_path)]
+        engines_group, ["up", "--engine", "tgi", "--state-dir", str(tmp_path)]
     )
     assert isinstance(result.exception, UsageError)
-    assert "valid: llamacpp, vllm" in str(result.exception)
+    assert "valid: llamacpp, sglang, vllm" in str(result.exception)
 
 
 def test_progress_without_a_terminal_is_a_line_per_change_and_every_15_s() -> None:

@@ -6,10 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from kvroute.cache.radix import EvictionPolicy
+from kvroute.cache.sglang import SchedulePolicy
 from kvroute.cli.engines import plan_line
 from kvroute.engines.launch import (
     LaunchOptions,
     LlamaCppLauncher,
+    SglangLauncher,
     VllmLauncher,
     cpu_has_native_bf16,
     cpu_list,
@@ -41,6 +44,9 @@ def fake_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     hf.mkdir()
     (hf / "config.json").write_text("{}")
     (hf / ".kvroute-converted").write_text("x")
+    sglang = tmp_path / "sglang" / "0.5.23" / "venv"
+    _executable(sglang / "bin" / "python")
+    (sglang / ".kvroute-installed").write_text("x")
     return tmp_path
 
 
@@ -105,6 +111,9 @@ def test_missing_installs_say_how_to_install(
     with pytest.raises(EngineError) as vllm:
         VllmLauncher().command(port=1, options=LaunchOptions(), cpus=[0], run_dir=tmp_path)
     assert "install-engines vllm" in str(vllm.value)
+    with pytest.raises(EngineError) as sglang:
+        SglangLauncher().command(port=1, options=LaunchOptions(), cpus=[0], run_dir=tmp_path)
+    assert "install-engines sglang" in str(sglang.value)
 
 
 def test_cpu_list_and_split() -> None:
@@ -145,6 +154,48 @@ def test_options_are_validated() -> None:
         LaunchOptions(threads=0)
 
 
-def test_sglang_is_not_startable_here() -> None:
-    with pytest.raises(UsageError, match="valid: llamacpp, vllm"):
-        launcher_registry().get("sglang")
+def test_sglang_command_and_environment(fake_cache: Path, tmp_path: Path) -> None:
+    options = LaunchOptions(
+        parallel=3,
+        ctx_tokens=2048,
+        sglang_max_total_tokens=4096,
+        sglang_page_size=16,
+        sglang_eviction_policy=EvictionPolicy.LFU,
+        sglang_schedule_policy=SchedulePolicy.LPM,
+    )
+    cmd = SglangLauncher().command(port=9002, options=options, cpus=[0, 1], run_dir=tmp_path)
+    argv = cmd.argv
+    assert argv[:3] == (
+        str(fake_cache / "sglang" / "0.5.23" / "venv" / "bin" / "python"),
+        "-m",
+        "sglang.launch_server",
+    )
+    assert _flag(argv, "--model-path") == str(fake_cache / "models" / "SmolLM2-135M-Instruct-hf")
+    assert _flag(argv, "--served-model-name") == "SmolLM2-135M-Instruct"
+    assert (_flag(argv, "--host"), _flag(argv, "--port")) == ("127.0.0.1", "9002")
+    assert (_flag(argv, "--device"), _flag(argv, "--attention-backend")) == ("cpu", "torch_native")
+    assert _flag(argv, "--max-total-tokens") == "4096"
+    assert _flag(argv, "--max-running-requests") == "3"
+    assert _flag(argv, "--context-length") == "2048"
+    assert _flag(argv, "--page-size") == "16"
+    assert _flag(argv, "--radix-eviction-policy") == "lfu"
+    assert _flag(argv, "--schedule-policy") == "lpm"
+    assert {"--enable-cache-report", "--enable-metrics", "--sleep-on-idle"} <= set(argv)
+    assert cmd.env["SGLANG_USE_CPU_ENGINE"] == "1"
+    assert cmd.env["SGLANG_CPU_OMP_THREADS_BIND"] == "0-1"
+    assert cmd.env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_sglang_options_are_validated() -> None:
+    with pytest.raises(EngineError, match="page"):
+        LaunchOptions(sglang_page_size=0)
+    with pytest.raises(EngineError, match="page"):
+        LaunchOptions(sglang_page_size=64, sglang_max_total_tokens=32)
+    # kvroute models FIFO eviction, but SGLang 0.5.23 has no such --radix-eviction-policy.
+    with pytest.raises(EngineError, match="lru, lfu"):
+        LaunchOptions(sglang_eviction_policy=EvictionPolicy.FIFO)
+
+
+def test_unknown_local_engine_names_the_valid_ones() -> None:
+    with pytest.raises(UsageError, match="valid: llamacpp, sglang, vllm"):
+        launcher_registry().get("tgi")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from kvroute.engines.llamacpp import LlamaCppAdapter
+from kvroute.engines.sglang import SglangAdapter
 from kvroute.engines.vllm import VllmAdapter
 from kvroute.errors import InputError
 from kvroute.trace.records import BlockPrompt, ChatPrompt, Request, TextPrompt, TokenPrompt
@@ -36,7 +37,10 @@ def test_request_bodies_per_endpoint_and_engine() -> None:
         request_body(blocks, engine="vllm", model="m", max_tokens=1)
 
 
-async def _read(adapter: type[LlamaCppAdapter] | type[VllmAdapter], body: dict[str, Any]) -> Served:
+async def _read(
+    adapter: type[LlamaCppAdapter] | type[VllmAdapter] | type[SglangAdapter],
+    body: dict[str, Any],
+) -> Served:
     async with httpx.AsyncClient() as client:
         return read_answer(adapter("http://x", client=client), Answer(1.0, 3.0, body))
 
@@ -66,3 +70,21 @@ def test_read_answer_llamacpp_and_vllm() -> None:
     s = asyncio.run(_read(VllmAdapter, vllm))
     assert s.started_s == 1.0 and s.slot_id is None
     assert s.prompt_token_ids is not None and s.prompt_token_ids.tolist() == [4, 5, 6]
+
+
+def test_sglang_asks_for_and_reads_token_ids() -> None:
+    chat = Request(prompt=ChatPrompt([{"role": "user", "content": "hi"}]))
+    assert request_body(chat, engine="sglang", model="m", max_tokens=4)[1]["return_token_ids"]
+    # SGLang 0.5.23's chat answer: the ids on the choice, the output as response_token_ids.
+    body = {
+        "choices": [{"prompt_token_ids": [1, 2, 3], "response_token_ids": [7, 8]}],
+        "usage": {
+            "prompt_tokens": 3,
+            "completion_tokens": 2,
+            "prompt_tokens_details": {"cached_tokens": 2},
+        },
+    }
+    s = asyncio.run(_read(SglangAdapter, body))
+    assert (s.prompt_tokens, s.cached_tokens, s.output_tokens) == (3, 2, 2)
+    assert s.output_token_ids is not None and s.output_token_ids.tolist() == [7, 8]
+    assert s.prompt_token_ids is not None and s.prompt_token_ids.tolist() == [1, 2, 3]

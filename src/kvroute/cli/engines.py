@@ -20,8 +20,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from kvroute.cache.radix import EvictionPolicy
+from kvroute.cache.sglang import SchedulePolicy
 from kvroute.cli.console import make_console
-from kvroute.engines.launch import CpuPlan, LaunchOptions, plan_cpus
+from kvroute.engines.launch import SGLANG_EVICTION_POLICIES, CpuPlan, LaunchOptions, plan_cpus
 from kvroute.engines.local import (
     EngineState,
     LocalEngines,
@@ -61,18 +63,19 @@ def _manager(state_dir: Path | None, client: httpx.AsyncClient) -> LocalEngines:
 
 @click.group("engines")
 def engines_group() -> None:
-    """Start, inspect and stop real local engines (llama.cpp, vLLM-CPU) on 127.0.0.1."""
+    """Start, inspect and stop real local engines (llama.cpp, vLLM-CPU, SGLang-CPU) on 127.0.0.1."""
 
 
 @engines_group.command("up")
-@click.option("--engine", required=True, help="llamacpp or vllm (SGLang has no CPU build here).")
+@click.option("--engine", required=True, help="llamacpp, vllm or sglang.")
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
     "--parallel",
     type=click.IntRange(min=1),
     default=4,
     show_default=True,
-    help="Sequences each replica serves at once (llama.cpp slots, vLLM max-num-seqs).",
+    help="Sequences each replica serves at once (llama.cpp slots, vLLM max-num-seqs, "
+    "SGLang max-running-requests).",
 )
 @click.option(
     "--ctx",
@@ -100,20 +103,52 @@ def engines_group() -> None:
     "model_path",
     type=click.Path(exists=True, path_type=Path),
     default=None,
-    help="GGUF file (llamacpp) or HF directory (vllm) [default: the installed SmolLM2].",
+    help="GGUF file (llamacpp) or HF directory (vllm, sglang) [default: the installed SmolLM2].",
 )
 @click.option(
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=1),
     default=None,
-    help="Seconds to wait for readiness [default: 120 llamacpp, 600 vllm].",
+    help="Seconds to wait for readiness [default: 120 llamacpp, 600 vllm, 600 sglang].",
 )
 @click.option(
     "--eager/--compile",
     "enforce_eager",
     default=False,
     help="vLLM only: skip torch.compile (ready in ~30 s instead of ~2 min) [default: compile].",
+)
+@click.option(
+    "--pool-tokens",
+    "sglang_pool_tokens",
+    type=click.IntRange(min=1),
+    default=32768,
+    show_default=True,
+    help="SGLang only: KV pool size in tokens (--max-total-tokens).",
+)
+@click.option(
+    "--page-size",
+    "sglang_page_size",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="SGLang only: tokens per KV page (1: token-level radix tree).",
+)
+@click.option(
+    "--radix-eviction-policy",
+    "sglang_eviction",
+    type=click.Choice([p.value for p in SGLANG_EVICTION_POLICIES]),
+    default=EvictionPolicy.LRU.value,
+    show_default=True,
+    help="SGLang only: the radix tree's eviction order.",
+)
+@click.option(
+    "--schedule-policy",
+    "sglang_schedule",
+    type=click.Choice([p.value for p in SchedulePolicy]),
+    default=SchedulePolicy.FCFS.value,
+    show_default=True,
+    help="SGLang only: the order waiting requests are started in.",
 )
 @_state_dir_option
 def up_command(
@@ -127,6 +162,10 @@ def up_command(
     model_path: Path | None,
     timeout_s: float | None,
     enforce_eager: bool,
+    sglang_pool_tokens: int,
+    sglang_page_size: int,
+    sglang_eviction: str,
+    sglang_schedule: str,
     state_dir: Path | None,
 ) -> None:
     """Start engines, wait until each is healthy, print URLs and a backends snippet."""
@@ -136,6 +175,10 @@ def up_command(
         threads=threads,
         model_path=model_path,
         vllm_enforce_eager=enforce_eager,
+        sglang_max_total_tokens=sglang_pool_tokens,
+        sglang_page_size=sglang_page_size,
+        sglang_eviction_policy=EvictionPolicy(sglang_eviction),
+        sglang_schedule_policy=SchedulePolicy(sglang_schedule),
     )
     err = make_console(stderr=True)
     plan = plan_cpus(available_cpus(), replicas, threads)

@@ -101,7 +101,7 @@ def simulate_cmd(
     model (--prefill-tps, --decode-tps); no arrival times: one request at a time.
 
     \b
-    Validation: --validate URL --engine llamacpp|vllm serves the trace on that engine
+    Validation: --validate URL --engine llamacpp|vllm|sglang serves the trace on that engine
     (cache reset first; greedy, max_tokens = each request's output length; at the trace's
     arrival times or --concurrency N), reads its cached tokens per response and from
     /metrics, replays its model with the engine's own settings over that run and reports

@@ -75,11 +75,11 @@ def _given(
 
 
 def _record_model(record: EngineRecord | None) -> str | None:
-    """The model an engine was started with (a GGUF or a Hugging Face directory): the
-    engine's own tokenizer."""
+    """The model an engine was started with (a GGUF or a Hugging Face directory; SGLang's
+    flag is ``--model-path``): the engine's own tokenizer."""
     argv = list(record.argv) if record is not None else []
     for flag, value in itertools.pairwise(argv):
-        if flag in ("--model", "-m") and Path(value).exists():
+        if flag in ("--model", "-m", "--model-path") and Path(value).exists():
             return value
     return None
 

@@ -1,10 +1,9 @@
 """Adapter for SGLang's HTTP server (``python -m sglang.launch_server``).
 
-UNTESTED AGAINST A REAL SERVER: no SGLang build installs on the CPU-only machines
-kvroute is developed and tested on. This adapter follows SGLang's documented native
-API (``docs/basic_usage/native_api``), its ``http_server.py`` routes and the metric
-names in ``srt/metrics/collector.py``; its tests check it against recorded answers of
-that shape, not against a running server. Verify on a GPU host before trusting it.
+Checked against SGLang 0.5.23's own server on the CPU (``scripts/install-engines sglang``,
+``tests/engines/test_sglang.py``): ``/health``, ``/v1/models``, ``/get_server_info``
+(pool size, page size and the radix-cache settings at its top level), ``/metrics`` and
+``POST /flush_cache``.
 
 What the server must be started with for each reading:
 
@@ -20,6 +19,7 @@ ones included; ``sglang:cached_tokens_total`` the cached ones, split by
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kvroute.engines.base import (
@@ -55,6 +55,18 @@ QUEUE_REQS = "sglang:num_queue_reqs"
 METRICS_HINT = "start SGLang with --enable-metrics"
 
 
+@dataclass(frozen=True, slots=True)
+class SglangServerSettings:
+    """The radix-cache settings a running server reports in ``/get_server_info``, as
+    SGLang spells them (``radix_eviction_policy``, ``schedule_policy``)."""
+
+    capacity: KvCapacity
+    radix_eviction_policy: str
+    schedule_policy: str
+    max_running_requests: int | None
+    """The server's limit when it was given one (``--max-running-requests``)."""
+
+
 class SglangAdapter(HttpEngine):
     """One SGLang server at ``base_url``, reached through ``client``."""
 
@@ -69,8 +81,12 @@ class SglangAdapter(HttpEngine):
         return Load(num_running=running, num_waiting=waiting)
 
     async def kv_capacity(self) -> KvCapacity:
+        return (await self.server_settings()).capacity
+
+    async def server_settings(self) -> SglangServerSettings:
+        """The pool and radix-cache settings from ``/get_server_info``."""
         url = f"{self._base_url}/get_server_info"
-        return kv_capacity_from_server_info(await get_json(self._client, url))
+        return server_settings_from_info(await get_json(self._client, url))
 
     async def cache_counters(self) -> CacheCounters:
         return cache_counters_from_metrics(await self._metrics())
@@ -132,6 +148,23 @@ def kv_capacity_from_server_info(body: JSONValue) -> KvCapacity:
         raise EngineError(f"{where} has no max_total_num_tokens")
     page_size = optional_int_field(info, "page_size", where) or 1
     return KvCapacity(block_size_tokens=page_size, num_blocks=total // page_size)
+
+
+def server_settings_from_info(body: JSONValue) -> SglangServerSettings:
+    """:func:`kv_capacity_from_server_info` and the radix-cache settings beside it;
+    absent ones read as SGLang's defaults (``lru``, ``fcfs``)."""
+    where = "/get_server_info"
+    info = as_mapping(body, where)
+    eviction = info.get("radix_eviction_policy", "lru")
+    schedule = info.get("schedule_policy", "fcfs")
+    if not isinstance(eviction, str) or not isinstance(schedule, str):
+        raise EngineError(f"{where}: radix_eviction_policy/schedule_policy are not names")
+    return SglangServerSettings(
+        capacity=kv_capacity_from_server_info(info),
+        radix_eviction_policy=eviction,
+        schedule_policy=schedule,
+        max_running_requests=optional_int_field(info, "max_running_requests", where),
+    )
 
 
 def response_cache_usage(body: Mapping[str, Any]) -> ResponseCacheUsage | None:

@@ -46,7 +46,7 @@ def request_body(
     if engine == "llamacpp":
         # verbose + return_tokens put the generated ids in __verbose.tokens.
         body.update({"cache_prompt": True, "return_tokens": True, "verbose": True})
-    elif engine == "vllm":
+    elif engine in ("vllm", "sglang"):
         body["return_token_ids"] = True
     return endpoint, body
 
@@ -70,7 +70,12 @@ def read_answer(adapter: EngineAdapter, answer: Answer) -> Served:
     choices = body.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices else {}
     verbose = body.get("__verbose")
-    out_ids = _ids(choice.get("token_ids")) if isinstance(choice, Mapping) else None
+    out_ids = None
+    if isinstance(choice, Mapping):
+        # vLLM and SGLang's completions: token_ids; SGLang's chat: response_token_ids.
+        out_ids = _ids(choice.get("token_ids"))
+        if out_ids is None:
+            out_ids = _ids(choice.get("response_token_ids"))
     if out_ids is None and isinstance(verbose, Mapping):
         out_ids = _ids(verbose.get("tokens"))
     prompt_ids = _ids(body.get("prompt_token_ids"))

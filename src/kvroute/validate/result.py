@@ -13,8 +13,8 @@ from kvroute.cache.registry import EngineSettings
 from kvroute.errors import UsageError
 from kvroute.types import JSONValue, TokenIds
 
-ENGINES = ("llamacpp", "vllm")
-"""Engines a trace can be validated against (SGLang has no CPU build to check on)."""
+ENGINES = ("llamacpp", "vllm", "sglang")
+"""Engines a trace can be validated against."""
 
 
 class Endpoint(enum.Enum):

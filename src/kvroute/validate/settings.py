@@ -7,9 +7,12 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from kvroute.cache.llamacpp import LlamaCppConfig
+from kvroute.cache.radix import EvictionPolicy
 from kvroute.cache.registry import EngineSettings
+from kvroute.cache.sglang import SchedulePolicy, SglangConfig
 from kvroute.cache.vllm import VllmConfig
 from kvroute.engines.base import EngineAdapter
+from kvroute.engines.sglang import SglangAdapter
 from kvroute.errors import EngineError, UsageError
 from kvroute.types import JSONValue
 from kvroute.validate.result import ENGINES, EngineSetup
@@ -46,7 +49,43 @@ async def read_setup(adapter: EngineAdapter, given: EngineSettings) -> EngineSet
             {"num_slots": cap.num_slots, "slot_ctx": cap.slot_len_tokens},
             settings,
         )
+    if engine == "sglang" and isinstance(adapter, SglangAdapter):
+        return await _sglang_setup(adapter, given)
     raise UsageError(f"cannot validate against {engine}", hint=f"one of {', '.join(ENGINES)}")
+
+
+async def _sglang_setup(adapter: SglangAdapter, given: EngineSettings) -> EngineSetup:
+    """SGLang reports every setting its model needs (``/get_server_info``): page size,
+    pool size, eviction and schedule policy, the running-request limit when set."""
+    info = await adapter.server_settings()
+    try:
+        eviction = EvictionPolicy(info.radix_eviction_policy)
+        schedule = SchedulePolicy(info.schedule_policy)
+    except ValueError:
+        raise EngineError(
+            f"{adapter.base_url} runs radix eviction {info.radix_eviction_policy!r} and "
+            f"schedule policy {info.schedule_policy!r}; kvroute models eviction "
+            f"{', '.join(p.value for p in EvictionPolicy)} and schedule "
+            f"{', '.join(p.value for p in SchedulePolicy)}"
+        ) from None
+    cap = info.capacity
+    sglang = SglangConfig(
+        page_size=cap.block_size_tokens,
+        eviction_policy=eviction,
+        schedule_policy=schedule,
+        max_running_requests=info.max_running_requests,
+    )
+    return EngineSetup(
+        "sglang",
+        dataclasses.replace(given, sglang=sglang),
+        cap.total_tokens,
+        {"page_size": cap.block_size_tokens, "max_total_num_tokens": cap.total_tokens},
+        {
+            "radix_eviction_policy": eviction.value,
+            "schedule_policy": schedule.value,
+            "max_running_requests": info.max_running_requests,
+        },
+    )
 
 
 def given_from_argv(engine: str, argv: Sequence[str]) -> dict[str, JSONValue]:
