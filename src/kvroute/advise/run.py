@@ -18,6 +18,8 @@ from kvroute.advise.current import changes
 from kvroute.advise.decide import ENGINE_NAMES, ClassInput, DecisionContext, decide
 from kvroute.advise.flags import TraceLimits, engine_flags
 from kvroute.advise.hardware import Hardware
+from kvroute.advise.hit_evidence import METRIC as HIT_METRIC
+from kvroute.advise.hit_evidence import HitEvidence
 from kvroute.advise.options import AdviseOptions, Exposure
 from kvroute.advise.result import (
     SCHEMA,
@@ -133,8 +135,11 @@ def advise(
     *,
     current: dict[str, str] | None = None,
     timing: TimingOptions | None = None,
+    evidence_fallback: str | None = None,
 ) -> Advice:
     """Decide, per class, the engine, its flags and its capacity (see decide.py).
+
+    ``evidence_fallback``: why latency evidence was asked for but ``evidence`` is hits.
 
     Raises :class:`InputError` when the trace is too small to decide on.
     """
@@ -156,7 +161,11 @@ def advise(
         ]
     else:
         inputs = [class_input(ALL, requests, 1.0, source, options, t)]
-    ctx = DecisionContext(hardware, options, evidence, advisories, dict(current or {}))
+    # The capacity plan compares with the ideal hit ratio: it always replays hits.
+    capacity_evidence = None if evidence.metric == HIT_METRIC else HitEvidence()
+    ctx = DecisionContext(
+        hardware, options, evidence, advisories, dict(current or {}), capacity_evidence
+    )
     decisions = decide(inputs, ctx)
     whole = _overlap(requests, source)
     citations = [
@@ -207,13 +216,14 @@ def advise(
             engines=list(options.engines),
             evidence=evidence.metric,
             current=None if not current else ",".join(f"{k}={v}" for k, v in current.items()),
+            evidence_fallback=evidence_fallback,
         ),
         engines=sorted({d.engine for d in decisions}),
         classes=decisions,
         flags=flags,
         citations=citations,
         changes=changes(decisions, current) if current else [],
-        notes=_notes(options, evidence),
+        notes=_notes(options, evidence, decisions, evidence_fallback),
     )
 
 
@@ -247,13 +257,34 @@ def headline(decisions: Sequence[ClassDecision]) -> str:
     return f"Run {engines}.{prior}"
 
 
-def _notes(options: AdviseOptions, evidence: LatencyEvidence) -> list[str]:
+def _notes(
+    options: AdviseOptions,
+    evidence: LatencyEvidence,
+    decisions: Sequence[ClassDecision],
+    fallback: str | None,
+) -> list[str]:
     notes = []
-    if evidence.metric == "prefill_saved":
+    if evidence.metric == HIT_METRIC:
         notes.append(
-            "scores are prefill saved (simulated prefix-cache hits at the pool), not latency: "
-            "kvroute predict will score SLO attainment through the same seam (advise/base.py)"
+            "scores are prefill saved (simulated prefix-cache hits at the pool), not latency"
         )
-        if options.slo:
-            notes.append("--slo is recorded but not scored yet: hit-based evidence has no latency")
+        if fallback is not None:
+            notes.append(f"--slo is not scored: {fallback}; scored on cache hits instead")
+        elif options.slo:
+            notes.append("--slo is recorded but not scored: --evidence hits has no latency")
+        return notes
+    notes.append(
+        "scores are SLO attainment: the share of requests whose predicted TTFT/TPOT/E2E "
+        "meet every --slo limit (kvroute predict); capacity advice replays cache hits"
+    )
+    prior = sorted(
+        {s.engine for d in decisions for s in d.scores if s.latency and s.latency.uses_prior}
+    )
+    if prior:
+        notes.append(
+            "uses_prior: no calibration for "
+            + ", ".join(ENGINE_NAMES[e] for e in prior)
+            + " on this GPU: predict's widened priors stand in (run kvroute calibrate, "
+            "then --calibration)"
+        )
     return notes

@@ -68,7 +68,15 @@ def _lead(a: Advice) -> list[Block]:
                     + (f"; fp8: {fmt.tokens(hw.fp8_pool_tokens)}" if hw.fp8_pool_tokens else ""),
                 ),
                 ("team", f"{a.inputs.team_size} people, {a.inputs.ops} ops, {a.inputs.exposure}"),
-                ("evidence", a.inputs.evidence),
+                (
+                    "evidence",
+                    a.inputs.evidence
+                    + (
+                        f" (latency asked for, not possible: {a.inputs.evidence_fallback})"
+                        if a.inputs.evidence_fallback
+                        else ""
+                    ),
+                ),
                 ("scope", a.scope),
             ]
         )
@@ -96,6 +104,37 @@ def _scores_chart(a: Advice) -> Chart:
         percent=True,
     )
     return Chart(svg)
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else fmt.duration(value)
+
+
+def _latency_table(d: ClassDecision) -> Table | None:
+    """What kvroute predict gave per engine, behind an SLO-attainment score."""
+    scored = [(s.engine, s.latency) for s in d.scores if s.latency is not None]
+    if not scored:
+        return None
+    targets = sorted({t for _, lat in scored for t in lat.attainment})
+    return Table(
+        ["engine", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99"]
+        + [f"within {t}" for t in targets]
+        + ["saturation", "calibration"],
+        [
+            [
+                ENGINE_NAMES[engine],
+                _seconds(lat.ttft_p50_s),
+                _seconds(lat.ttft_p99_s),
+                _seconds(lat.tpot_p50_s),
+                _seconds(lat.tpot_p99_s),
+                *(fmt.percent(lat.attainment.get(t)) for t in targets),
+                lat.verdict,
+                f"{lat.calibration_source} (prior)" if lat.uses_prior else lat.calibration_source,
+            ]
+            for engine, lat in scored
+        ],
+        caption=f"kvroute predict on this class's requests ({scored[0][1].load}).",
+    )
 
 
 def _class_section(d: ClassDecision) -> Section:
@@ -128,6 +167,9 @@ def _class_section(d: ClassDecision) -> Section:
             caption="Every engine replayed on this class's requests at the pool; differences are paired by request.",
         )
     )
+    latency = _latency_table(d)
+    if latency is not None:
+        blocks.append(latency)
     blocks.append(Paragraph(f"Prior: {d.prior.text}."))
     blocks.append(
         Table(

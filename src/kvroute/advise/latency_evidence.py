@@ -1,0 +1,169 @@
+"""Evidence from ``kvroute predict``: the share of requests that meet every SLO. Pure.
+
+Each call predicts the engine serving the class's requests at their own arrival times
+(sequentially when the trace has none) on the user's GPU, model and tensor-parallel
+width, with the engine's calibration when one was given and predict's shipped fits or
+widened priors otherwise. A request scores 1 when its predicted TTFT, TPOT (``itl`` is
+read as TPOT: the mean gap between tokens) and E2E are all within every ``--slo``
+limit, else 0 (a rejected request scores 0); the weight is 1. The percentile of a
+target (``ttft_p99``) does not change the per-request test: it says which attainment
+the class needs (99 %), and :func:`target_citations` checks that.
+
+Where predict cannot run, :func:`latency_unusable` says why, and the caller scores
+hits instead (:mod:`kvroute.advise.hit_evidence`) and records the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvroute.advise.base import EngineFigures, FloatArray
+from kvroute.advise.hardware import CPU, Hardware
+from kvroute.advise.options import SloTarget
+from kvroute.advise.result import Citation, EngineScore, LatencySummary
+from kvroute.cache.capacity import resolve_gpu
+from kvroute.errors import UsageError
+from kvroute.predict.calibration import Calibration
+from kvroute.predict.hardware import hardware_for, model_cost
+from kvroute.predict.predict import Load, predict
+from kvroute.predict.result import Estimate, PerRequest
+from kvroute.trace.records import Request
+
+METRIC = "slo_attainment"
+DEFAULT_SAMPLES = 5
+"""Coefficient draws per prediction: the score reads the point prediction per request,
+the draws only widen the reported percentiles, so a few keep advise quick."""
+
+
+def latency_unusable(requests: Sequence[Request], hardware: Hardware) -> str | None:
+    """Why predict cannot score these requests on this hardware; ``None`` when it can."""
+    if hardware.gpu == CPU:
+        return "predict has no speed data for --gpu cpu (the CPU testbed)"
+    try:
+        spec = resolve_gpu(hardware.gpu)
+        hardware_for(spec, num_gpus=hardware.num_gpus)
+        model_cost(hardware.model)
+    except UsageError as exc:
+        return str(exc)
+    if not any(getattr(r.prompt, "num_tokens", 0) for r in requests):
+        return "the trace's prompts carry no token counts, which predict needs"
+    return None
+
+
+def _per_request_met(per: PerRequest, slo: Sequence[SloTarget]) -> dict[str, FloatArray]:
+    values = {"ttft": per.ttft_s, "tpot": per.tpot_s, "itl": per.tpot_s, "e2e": per.e2e_s}
+    out = {}
+    for target in slo:
+        v = values[target.metric]
+        # NaN TPOT (a one-token output) has no gap to miss; a rejected request misses all.
+        met = np.where(np.isnan(v), True, v <= target.limit_s) & per.admitted
+        out[target.name] = met.astype(np.float64)
+    return out
+
+
+def _value(e: Estimate) -> float | None:
+    return e.value if math.isfinite(e.value) else None
+
+
+@dataclass(frozen=True, slots=True)
+class PredictEvidence:
+    """:class:`~kvroute.advise.base.LatencyEvidence` from predicted latencies."""
+
+    slo: tuple[SloTarget, ...]
+    calibrations: Mapping[str, Calibration] = field(default_factory=dict)
+    """Engine -> its calibration (``--calibration``); others use predict's priors."""
+    num_samples: int = DEFAULT_SAMPLES
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.slo:
+            raise UsageError(
+                "latency evidence needs --slo (what the latencies are scored against)",
+                hint="e.g. --slo ttft_p99=1s,tpot_p99=60ms, or --evidence hits",
+            )
+
+    @property
+    def metric(self) -> str:
+        return METRIC
+
+    def figures(
+        self,
+        requests: Sequence[Request],
+        engine: str,
+        hardware: Hardware,
+        *,
+        capacity_tokens: int | None = None,
+    ) -> EngineFigures:
+        pool = hardware.pool_tokens if capacity_tokens is None else capacity_tokens
+        if not requests:
+            empty = np.zeros(0, dtype=np.float64)
+            return EngineFigures(engine, METRIC, empty, empty, pool)
+        p = predict(
+            requests,
+            engine=engine,
+            gpu=resolve_gpu(hardware.gpu),
+            model=hardware.model,
+            load=Load(),
+            num_gpus=hardware.num_gpus,
+            calibration=self.calibrations.get(engine),
+            capacity_tokens=pool,
+            num_samples=self.num_samples,
+            seed=self.seed,
+        )
+        met = _per_request_met(p.requests, self.slo)
+        every = np.logical_and.reduce([m > 0 for m in met.values()]).astype(np.float64)
+        summary = LatencySummary(
+            ttft_p50_s=_value(p.ttft.p50),
+            ttft_p99_s=_value(p.ttft.p99),
+            tpot_p50_s=_value(p.tpot.p50),
+            tpot_p99_s=_value(p.tpot.p99),
+            attainment={name: float(m.mean()) for name, m in met.items()},
+            saturated=p.saturation.saturated,
+            verdict=p.saturation.verdict,
+            load=p.load,
+            calibration_source=p.calibration_source,
+            uses_prior=p.uses_prior,
+        )
+        return EngineFigures(
+            engine=engine,
+            metric=METRIC,
+            benefit=every,
+            weight=np.ones(len(requests), dtype=np.float64),
+            capacity_tokens=pool,
+            details={
+                "num_rejected": float(p.num_rejected),
+                "hit_ratio": p.hit_ratio,
+                "sustainable_rate_per_s": p.saturation.sustainable_rate_per_s,
+            },
+            latency=summary,
+        )
+
+
+def target_citations(
+    scores: Sequence[EngineScore], slo: Sequence[SloTarget], where: str
+) -> list[Citation]:
+    """Per engine and target: does the predicted share within the limit reach the
+    target's percentile (``ttft_p99=1s``: 99 % of requests within 1 s)?"""
+    out = []
+    for s in scores:
+        if s.latency is None:
+            continue
+        lat = s.latency
+        for t in slo:
+            share = lat.attainment.get(t.name, 0.0)
+            meets = share * 100 >= t.percentile
+            state = "saturated" if lat.saturated else "keeps up"
+            out.append(
+                Citation(
+                    "slo_target",
+                    f"{where}.scores[{s.engine}].latency.attainment[{t.name}]",
+                    f"{share:.1%} within {t.limit_s * 1000:g} ms",
+                    f">= {t.percentile:g} % of requests ({t.name})",
+                    f"{'meets' if meets else 'misses'} ({state})",
+                )
+            )
+    return out
