@@ -69,6 +69,7 @@ def test_a_tight_slo_avoids_the_engine_that_saturates_and_cites_the_target() -> 
     ttft = next(c for c in cited if c.field.endswith("[ttft_p99]"))
     assert ttft.outcome == "misses (saturated)"
     assert ttft.threshold == ">= 99 % of requests (ttft_p99)"
+    assert "misses the SLO: llama.cpp (ttft_p99" in d.headline and "saturated)" in d.headline
     assert d.capacity is not None  # capacity advice still replays cache hits
 
 
@@ -77,7 +78,14 @@ def test_a_loose_slo_gives_a_tie_and_the_tie_goes_to_vllm() -> None:
     (d,) = advice.classes
     assert d.engine == "vllm"
     assert all(s.value == 1.0 for s in d.scores)
-    assert "equal" in d.headline
+    assert "equal" in d.headline and "misses" not in d.headline
+
+
+def test_when_no_engine_meets_the_slo_the_headline_says_so() -> None:
+    advice = run("ttft_p99=1ms", busy_trace(n=60))
+    (d,) = advice.classes
+    assert d.engine == "vllm"
+    assert "no engine meets the SLO at this load" in d.headline
 
 
 def test_every_score_reports_predicted_percentiles_and_whether_it_uses_a_prior() -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from kvroute.advise.base import EngineFigures, LatencyEvidence
 from kvroute.advise.capacity_plan import plan_capacity
 from kvroute.advise.hardware import Hardware
-from kvroute.advise.latency_evidence import target_citations
+from kvroute.advise.latency_evidence import slo_headline, target_citations
 from kvroute.advise.options import DEFAULT_ENGINE, ENGINES, AdviseOptions
 from kvroute.advise.result import (
     CapacityPlan,
@@ -279,6 +279,7 @@ def decide_class(inp: ClassInput, ctx: DecisionContext, fleet: set[str]) -> Clas
         )
     )
     headline = _headline(inp.name, engine, incumbent, move, lever, scores, capacity, ctx)
+    headline += slo_headline(scores, engine, ctx.options.slo, ENGINE_NAMES)
     if not enough:
         headline = (
             f"{inp.name}: {ENGINE_NAMES[engine]} (stay): {len(inp.requests)} requests are too "

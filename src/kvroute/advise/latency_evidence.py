@@ -143,6 +143,39 @@ class PredictEvidence:
         )
 
 
+def _misses(lat: LatencySummary, slo: Sequence[SloTarget]) -> list[str]:
+    return [
+        f"{t.name} {lat.attainment.get(t.name, 0.0):.0%} within {t.limit_s * 1000:g} ms"
+        for t in slo
+        if lat.attainment.get(t.name, 0.0) * 100 < t.percentile
+    ]
+
+
+def slo_headline(
+    scores: Sequence[EngineScore], chosen: str, slo: Sequence[SloTarget], names: Mapping[str, str]
+) -> str:
+    """The engines that miss a target, for the class's headline ("" when none does or
+    the scores are not latency); says so first when the chosen engine misses too."""
+    missing = []
+    chosen_misses: list[str] = []
+    for s in scores:
+        if s.latency is None:
+            continue
+        misses = _misses(s.latency, slo)
+        if s.engine == chosen:
+            chosen_misses = misses
+        elif misses:
+            sat = ", saturated" if s.latency.saturated else ""
+            missing.append(f"{names[s.engine]} ({'; '.join(misses)}{sat})")
+    text = f"; misses the SLO: {', '.join(missing)}" if missing else ""
+    if chosen_misses:
+        text += (
+            f"; {names[chosen]} misses it too ({'; '.join(chosen_misses)}): no engine meets "
+            "the SLO at this load on this hardware, add replicas or a larger GPU"
+        )
+    return text
+
+
 def target_citations(
     scores: Sequence[EngineScore], slo: Sequence[SloTarget], where: str
 ) -> list[Citation]:
