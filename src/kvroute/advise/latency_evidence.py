@@ -22,12 +22,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvroute.advise.base import EngineFigures, FloatArray
+from kvroute.advise.flags import llamacpp_slots
 from kvroute.advise.hardware import CPU, Hardware
 from kvroute.advise.options import SloTarget
 from kvroute.advise.result import Citation, EngineScore, LatencySummary
+from kvroute.advise.workload import concurrency_p90
 from kvroute.cache.capacity import resolve_gpu
+from kvroute.cache.llamacpp import LlamaCppConfig
+from kvroute.cache.registry import EngineSettings
+from kvroute.cache.timing import TimingOptions
 from kvroute.errors import UsageError
 from kvroute.predict.calibration import Calibration
+from kvroute.predict.engine import EngineFlags
 from kvroute.predict.hardware import hardware_for, model_cost
 from kvroute.predict.predict import Load, predict
 from kvroute.predict.result import Estimate, PerRequest
@@ -63,6 +69,16 @@ def _per_request_met(per: PerRequest, slo: Sequence[SloTarget]) -> dict[str, Flo
         met = np.where(np.isnan(v), True, v <= target.limit_s) & per.admitted
         out[target.name] = met.astype(np.float64)
     return out
+
+
+def advised_flags(requests: Sequence[Request]) -> EngineFlags:
+    """The engines as advise launches them where that changes scheduling: llama.cpp with
+    ``-np`` from the class's p90 concurrency (flags.py) and no ``--kv-unified`` (so each
+    slot has its own share of the context, as ``-c`` = slots x the longest sequence
+    intends); vLLM and SGLang at their defaults."""
+    slots = llamacpp_slots(concurrency_p90(requests, TimingOptions()))
+    llama = LlamaCppConfig(num_slots=slots, kv_unified=False)
+    return EngineFlags(cache=EngineSettings(llamacpp=llama))
 
 
 def _value(e: Estimate) -> float | None:
@@ -109,6 +125,7 @@ class PredictEvidence:
             model=hardware.model,
             load=Load(),
             num_gpus=hardware.num_gpus,
+            engine_flags=advised_flags(requests),
             calibration=self.calibrations.get(engine),
             capacity_tokens=pool,
             num_samples=self.num_samples,
@@ -143,9 +160,13 @@ class PredictEvidence:
         )
 
 
+def _limit(t: SloTarget) -> str:
+    return f"{t.limit_s * 1000:g} ms" if t.limit_s < 1 else f"{t.limit_s:g} s"
+
+
 def _misses(lat: LatencySummary, slo: Sequence[SloTarget]) -> list[str]:
     return [
-        f"{t.name} {lat.attainment.get(t.name, 0.0):.0%} within {t.limit_s * 1000:g} ms"
+        f"{t.name} {lat.attainment.get(t.name, 0.0):.0%} within {_limit(t)}"
         for t in slo
         if lat.attainment.get(t.name, 0.0) * 100 < t.percentile
     ]
@@ -194,7 +215,7 @@ def target_citations(
                 Citation(
                     "slo_target",
                     f"{where}.scores[{s.engine}].latency.attainment[{t.name}]",
-                    f"{share:.1%} within {t.limit_s * 1000:g} ms",
+                    f"{share:.1%} within {_limit(t)}",
                     f">= {t.percentile:g} % of requests ({t.name})",
                     f"{'meets' if meets else 'misses'} ({state})",
                 )

@@ -33,11 +33,16 @@ from kvroute.advise.result import (
 )
 from kvroute.advise.rules import Advisory
 from kvroute.advise.scoring import cluster_ids, switching_margin
-from kvroute.advise.workload import isolate_tenants, num_tenants, split_by_class
+from kvroute.advise.workload import (
+    concurrency_p90,
+    isolate_tenants,
+    num_tenants,
+    prompt_len,
+    split_by_class,
+)
 from kvroute.analyze.run import analyze_requests
-from kvroute.analyze.shape import concurrency_of
 from kvroute.cache.seq import final_tokens
-from kvroute.cache.timing import TimingOptions, plan, service_s
+from kvroute.cache.timing import TimingOptions, plan
 from kvroute.errors import InputError
 from kvroute.gateway.types import WorkloadClass
 from kvroute.trace.records import Request
@@ -52,29 +57,6 @@ class TraceSourceInfo:
     path: str
     format: str
     tokenizer: str | None
-
-
-def _prompt_len(r: Request) -> int:
-    return int(getattr(r.prompt, "num_tokens", 0))
-
-
-def concurrency_p90(requests: Sequence[Request], timing: TimingOptions) -> float:
-    """p90 requests in flight at arrivals: the trace's end times where known, else the
-    service model's run time; 1 when the trace has no arrival times."""
-    schedule = plan(requests, timing)
-    if schedule.arrival_s is None:
-        return 1.0
-    run = np.array(
-        [
-            s if np.isfinite(s) else service_s(_prompt_len(r), out, timing)
-            for r, s, out in zip(
-                requests, schedule.trace_run_s, schedule.output_tokens, strict=True
-            )
-        ],
-        dtype=np.float64,
-    )
-    c = concurrency_of(schedule.arrival_s, schedule.arrival_s + run)
-    return 1.0 if c is None else float(c.p90)
 
 
 def _overlap(requests: Sequence[Request], source: TraceSourceInfo) -> float:
@@ -116,7 +98,7 @@ def class_input(
 
 def _limits(requests: Sequence[Request], timing: TimingOptions) -> TraceLimits:
     schedule = plan(requests, timing)
-    lengths = [_prompt_len(r) for r in requests]
+    lengths = [prompt_len(r) for r in requests]
     longest = max(
         (final_tokens(p, o) for p, o in zip(lengths, schedule.output_tokens, strict=True)),
         default=0,
@@ -194,7 +176,7 @@ def advise(
             path=source.path,
             format=source.format,
             num_requests=n,
-            prompt_tokens=sum(_prompt_len(r) for r in requests),
+            prompt_tokens=sum(prompt_len(r) for r in requests),
             overlap=whole,
             prompt_form="tokens" if source.tokenizer else "block_hashes",
         ),

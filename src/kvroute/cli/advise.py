@@ -113,7 +113,11 @@ from kvroute.trace.records import Request
     default="internal",
     show_default=True,
 )
-@click.option("--slo", default=None, help="Objectives, e.g. ttft_p99=1s,tpot_p99=60ms.")
+@click.option(
+    "--slo",
+    default=None,
+    help="Objectives, e.g. ttft_p99=1s,tpot_p99=60ms: scores engines on predicted latency.",
+)
 @click.option(
     "--engines",
     "engines",
@@ -194,7 +198,8 @@ def advise_cmd(
     \b
     Classes are the gateway's (structured, agent, tools, long_prefix, chat,
     completion). Per class: feasibility (the model fits, llama.cpp's slots, exposure
-    rules), then each engine's prefill saved at the KV pool, compared with the
+    rules), then each engine's score (with --slo: the share of requests whose
+    predicted TTFT/TPOT meet it; without: prefill saved at the KV pool), compared with the
     incumbent (vLLM, or what --current runs) on the same requests: a move must clear a
     margin that grows as the team shrinks and ops tolerance falls, on the interval's
     lower bound. Then capacity: the pool for 90 % of the ideal, replicas with
