@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,42 @@ def test_an_slo_scores_predicted_latency_and_the_report_shows_it(
         assert c["capacity"]["sweep"]  # capacity still from cache hits
     html = (out / "report.html").read_text()
     assert "TTFT p99" in html and "within ttft_p99" in html
+
+
+def _calibration(engine: str) -> dict[str, object]:
+    """A shipped h100 fit, relabelled as a kvroute calibrate result for ``engine``."""
+    text = resources.files("kvroute.predict").joinpath("priors.json").read_text("utf-8")
+    cal = next(c for c in json.loads(text)["calibrations"] if c["hardware"] == "h100-80gb")
+    return {**cal, "engine": engine, "source": "calibrate"}
+
+
+def test_a_calibration_directory_replaces_the_prior(sample: Path, tmp_path: Path) -> None:
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    (cal / "llamacpp.json").write_text(json.dumps(_calibration("llamacpp")))
+    out = tmp_path / "out"
+    args = ["--slo", "ttft_p99=2s", "--calibration", str(cal), "--team-size", "1", "-q"]
+    code, _, stderr = run("advise", str(sample), "--out", str(out), *args)
+    assert code == 0, stderr
+    advice = json.loads((out / "advice.json").read_text())
+    lat = {s["engine"]: s["latency"] for s in advice["classes"][0]["scores"]}
+    assert lat["llamacpp"]["calibration_source"] == "calibrate"
+    assert not any(s["uses_prior"] for s in lat.values())
+    assert not any(n.startswith("uses_prior") for n in advice["notes"])
+
+
+def test_bad_calibrations_are_one_line_errors(sample: Path, tmp_path: Path) -> None:
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    (cal / "a.json").write_text(json.dumps(_calibration("vllm")))
+    (cal / "b.json").write_text(json.dumps(_calibration("vllm")))
+    out = tmp_path / "out"
+    code, _, stderr = run("advise", str(sample), "--out", str(out), "--calibration", str(cal))
+    assert code == 2 and "two calibrations for vllm (b.json)" in stderr.splitlines()[0]
+    (cal / "b.json").write_text("{not json")
+    code, _, stderr = run("advise", str(sample), "--out", str(out), "--calibration", str(cal))
+    assert code == 3 and "cannot read calibration" in stderr.splitlines()[0]
+    assert "Traceback" not in stderr and not out.exists()
 
 
 def test_an_slo_on_the_cpu_testbed_falls_back_to_hits_and_says_why(
