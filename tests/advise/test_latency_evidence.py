@@ -99,11 +99,26 @@ def test_every_score_reports_predicted_percentiles_and_whether_it_uses_a_prior()
 
 
 def test_without_speed_data_it_falls_back_to_hits_and_says_why() -> None:
-    advice = run(TIGHT, busy_trace(n=60), gpu="cpu")
+    advice = run(TIGHT, busy_trace(n=60), gpu="l4")
     assert advice.inputs.evidence == "prefill_saved"
     assert advice.inputs.evidence_fallback is not None
-    assert "cpu" in advice.inputs.evidence_fallback
+    assert "GPU 'l4' has no speed data" in advice.inputs.evidence_fallback
     assert any("--slo is not scored" in n for n in advice.notes)
+
+
+def test_a_trace_without_prompt_lengths_falls_back_to_hits() -> None:
+    empty = [Request(prompt=TokenPrompt(np.zeros(0, dtype=np.uint32))) for _ in range(5)]
+    choice = choose_evidence(None, EvidenceSetup(parse_slo(TIGHT)), empty, hardware())
+    assert isinstance(choice.evidence, HitEvidence)
+    assert choice.fallback is not None and "token counts" in choice.fallback
+
+
+def test_the_cpu_testbed_is_predicted_on_its_preset_with_priors() -> None:
+    advice = run(LOOSE, busy_trace(n=60, rate_per_s=0.5), gpu="cpu")
+    assert advice.inputs.evidence == "slo_attainment"
+    scores = advice.classes[0].scores
+    assert all(s.latency is not None and s.latency.uses_prior for s in scores)
+    assert any(n.startswith("uses_prior") for n in advice.notes)
 
 
 def test_hits_stay_the_default_without_slo() -> None:

@@ -203,19 +203,19 @@ def test_bad_calibrations_are_one_line_errors(sample: Path, tmp_path: Path) -> N
     assert "Traceback" not in stderr and not out.exists()
 
 
-def test_an_slo_on_the_cpu_testbed_falls_back_to_hits_and_says_why(
+def test_an_slo_on_a_gpu_without_speed_data_falls_back_to_hits_and_says_why(
     sample: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
     code, _, stderr = run(
-        "advise", str(sample), "--out", str(out), "--slo", "ttft_p99=1s", "--gpu", "cpu", "-q"
+        "advise", str(sample), "--out", str(out), "--slo", "ttft_p99=1s", "--gpu", "l4", "-q"
     )
     assert code == 0, stderr
     advice = json.loads((out / "advice.json").read_text())
     assert advice["inputs"]["evidence"] == "prefill_saved"
-    assert "--gpu cpu" in advice["inputs"]["evidence_fallback"]
+    assert "GPU 'l4' has no speed data" in advice["inputs"]["evidence_fallback"]
     assert any(
-        n.startswith("--slo is not scored: predict has no speed data") for n in advice["notes"]
+        n.startswith("--slo is not scored: GPU 'l4' has no speed data") for n in advice["notes"]
     )
     assert "latency asked for, not possible" in (out / "report.html").read_text()
 

@@ -27,7 +27,7 @@ from kvroute.advise.hardware import CPU, Hardware
 from kvroute.advise.options import SloTarget
 from kvroute.advise.result import Citation, EngineScore, LatencySummary
 from kvroute.advise.workload import concurrency_p90
-from kvroute.cache.capacity import resolve_gpu
+from kvroute.cache.capacity import GpuSpec, resolve_gpu
 from kvroute.cache.llamacpp import LlamaCppConfig
 from kvroute.cache.registry import EngineSettings
 from kvroute.cache.timing import TimingOptions
@@ -45,13 +45,19 @@ DEFAULT_SAMPLES = 5
 the draws only widen the reported percentiles, so a few keep advise quick."""
 
 
+CPU_TESTBED = "cpu-testbed"
+"""The speed preset of ``--gpu cpu`` (what ``kvroute calibrate`` fits on by default)."""
+
+
+def predict_gpu(hardware: Hardware) -> GpuSpec:
+    """The GPU preset predict reads speeds from; ``UsageError`` for an unknown one."""
+    return resolve_gpu(CPU_TESTBED if hardware.gpu == CPU else hardware.gpu)
+
+
 def latency_unusable(requests: Sequence[Request], hardware: Hardware) -> str | None:
     """Why predict cannot score these requests on this hardware; ``None`` when it can."""
-    if hardware.gpu == CPU:
-        return "predict has no speed data for --gpu cpu (the CPU testbed)"
     try:
-        spec = resolve_gpu(hardware.gpu)
-        hardware_for(spec, num_gpus=hardware.num_gpus)
+        hardware_for(predict_gpu(hardware), num_gpus=hardware.num_gpus)
         model_cost(hardware.model)
     except UsageError as exc:
         return str(exc)
@@ -121,7 +127,7 @@ class PredictEvidence:
         p = predict(
             requests,
             engine=engine,
-            gpu=resolve_gpu(hardware.gpu),
+            gpu=predict_gpu(hardware),
             model=hardware.model,
             load=Load(),
             num_gpus=hardware.num_gpus,
