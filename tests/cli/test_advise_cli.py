@@ -165,6 +165,7 @@ def test_an_slo_scores_predicted_latency_and_the_report_shows_it(
         assert c["capacity"]["sweep"]  # capacity still from cache hits
     html = (out / "report.html").read_text()
     assert "TTFT p99" in html and "within ttft_p99" in html
+    assert "predicted TTFT p99 by class and engine" in html
 
 
 def _calibration(engine: str) -> dict[str, object]:

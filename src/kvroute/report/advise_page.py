@@ -137,6 +137,27 @@ def _latency_table(d: ClassDecision) -> Table | None:
     )
 
 
+def _latency_chart(a: Advice) -> Chart | None:
+    """Predicted TTFT p99 by class and engine, when the scores are latency."""
+    if not any(s.latency for d in a.classes for s in d.scores):
+        return None
+
+    def p99(d: ClassDecision, engine: str) -> float:
+        s = next((s for s in d.scores if s.engine == engine), None)
+        v = s.latency.ttft_p99_s if s is not None and s.latency is not None else None
+        return float("nan") if v is None else v
+
+    engines = sorted({s.engine for d in a.classes for s in d.scores})
+    svg = bar_chart(
+        [d.workload for d in a.classes],
+        [Bars(ENGINE_NAMES[e], [p99(d, e) for d in a.classes]) for e in engines],
+        title="predicted TTFT p99 by class and engine",
+        x_label="class",
+        y_label="TTFT p99 (s)",
+    )
+    return Chart(svg)
+
+
 def _class_section(d: ClassDecision) -> Section:
     blocks: list[Block] = [Paragraph(d.headline)]
     blocks.append(
@@ -259,7 +280,11 @@ def _class_section(d: ClassDecision) -> Section:
 
 def advise_page(advice: Advice, generated_at: datetime, gateway_yaml: str) -> Page:
     a = advice
-    sections = [Section("Scores", [_scores_chart(a)])]
+    score_blocks: list[Block] = [_scores_chart(a)]
+    latency = _latency_chart(a)
+    if latency is not None:
+        score_blocks.append(latency)
+    sections = [Section("Scores", score_blocks)]
     sections.extend(_class_section(d) for d in a.classes)
     sections.append(
         Section(
