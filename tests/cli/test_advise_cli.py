@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def test_gateway_yaml_passes_serve_check(
     monkeypatch.chdir(tmp_path)  # capture: a relative directory, created by --check
     code, stdout, stderr = run("serve", "--config", str(advised / "gateway.yaml"), "--check")
     assert code == 0, stderr
-    assert stdout.startswith("ok: 1 backends")
+    assert stdout.startswith("ok: 1 backend,")
 
 
 def test_current_config_becomes_a_diff_and_moves_get_a_canary(
@@ -131,7 +132,8 @@ def test_too_small_a_trace_says_how_many_would_do(tmp_path: Path) -> None:
         (["--model", "llama-3.1-70b", "--gpu", "l4"], "leaves no KV memory on 1 x NVIDIA L4"),
         (["--engines", "tgi"], "unknown engine 'tgi'"),
         (["--team-size", "0"], "--team-size must be at least 1"),
-        (["--evidence", "latency"], "unknown advise evidence 'latency' (valid: hits)"),
+        (["--evidence", "latency"], "latency evidence needs --slo"),
+        (["--evidence", "psychic"], "unknown advise evidence 'psychic' (valid: hits, latency)"),
     ],
 )
 def test_bad_options_are_one_line_and_write_nothing(
@@ -142,6 +144,81 @@ def test_bad_options_are_one_line_and_write_nothing(
     assert code == 2
     assert stderr.startswith("error: ") and message in stderr.splitlines()[0]
     assert "Traceback" not in stderr and not out.exists()
+
+
+def test_an_slo_scores_predicted_latency_and_the_report_shows_it(
+    sample: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    slo = "ttft_p99=2s,tpot_p99=100ms"
+    code, _, stderr = run("advise", str(sample), "--out", str(out), "--slo", slo, "-q")
+    assert code == 0, stderr
+    advice = json.loads((out / "advice.json").read_text())
+    assert advice["inputs"]["evidence"] == "slo_attainment"
+    assert advice["inputs"]["evidence_fallback"] is None
+    for c in advice["classes"]:
+        for s in c["scores"]:
+            lat = s["latency"]
+            assert lat["ttft_p99_s"] > 0 and set(lat["attainment"]) == {"ttft_p99", "tpot_p99"}
+            assert isinstance(lat["saturated"], bool) and lat["verdict"]
+        assert any(x["rule"] == "slo_target" for x in c["citations"])
+        assert c["capacity"]["sweep"]  # capacity still from cache hits
+    html = (out / "report.html").read_text()
+    assert "TTFT p99" in html and "within ttft_p99" in html
+    assert "predicted TTFT p99 by class and engine" in html
+
+
+def _calibration(engine: str) -> dict[str, object]:
+    """A shipped h100 fit, relabelled as a kvroute calibrate result for ``engine``."""
+    text = resources.files("kvroute.predict").joinpath("priors.json").read_text("utf-8")
+    cal = next(c for c in json.loads(text)["calibrations"] if c["hardware"] == "h100-80gb")
+    return {**cal, "engine": engine, "source": "calibrate"}
+
+
+def test_a_calibration_directory_replaces_the_prior(sample: Path, tmp_path: Path) -> None:
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    (cal / "llamacpp.json").write_text(json.dumps(_calibration("llamacpp")))
+    out = tmp_path / "out"
+    args = ["--slo", "ttft_p99=2s", "--calibration", str(cal), "--team-size", "1", "-q"]
+    code, _, stderr = run("advise", str(sample), "--out", str(out), *args)
+    assert code == 0, stderr
+    advice = json.loads((out / "advice.json").read_text())
+    lat = {s["engine"]: s["latency"] for s in advice["classes"][0]["scores"]}
+    assert lat["llamacpp"]["calibration_source"] == "calibrate"
+    assert not any(s["uses_prior"] for s in lat.values())
+    assert not any(n.startswith("uses_prior") for n in advice["notes"])
+
+
+def test_bad_calibrations_are_one_line_errors(sample: Path, tmp_path: Path) -> None:
+    cal = tmp_path / "cal"
+    cal.mkdir()
+    (cal / "a.json").write_text(json.dumps(_calibration("vllm")))
+    (cal / "b.json").write_text(json.dumps(_calibration("vllm")))
+    out = tmp_path / "out"
+    code, _, stderr = run("advise", str(sample), "--out", str(out), "--calibration", str(cal))
+    assert code == 2 and "two calibrations for vllm (b.json)" in stderr.splitlines()[0]
+    (cal / "b.json").write_text("{not json")
+    code, _, stderr = run("advise", str(sample), "--out", str(out), "--calibration", str(cal))
+    assert code == 3 and "cannot read calibration" in stderr.splitlines()[0]
+    assert "Traceback" not in stderr and not out.exists()
+
+
+def test_an_slo_on_a_gpu_without_speed_data_falls_back_to_hits_and_says_why(
+    sample: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    code, _, stderr = run(
+        "advise", str(sample), "--out", str(out), "--slo", "ttft_p99=1s", "--gpu", "l4", "-q"
+    )
+    assert code == 0, stderr
+    advice = json.loads((out / "advice.json").read_text())
+    assert advice["inputs"]["evidence"] == "prefill_saved"
+    assert "GPU 'l4' has no speed data" in advice["inputs"]["evidence_fallback"]
+    assert any(
+        n.startswith("--slo is not scored: GPU 'l4' has no speed data") for n in advice["notes"]
+    )
+    assert "latency asked for, not possible" in (out / "report.html").read_text()
 
 
 def test_a_non_empty_out_is_refused_without_force(sample: Path, tmp_path: Path) -> None:

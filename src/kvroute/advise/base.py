@@ -10,8 +10,8 @@ evidence                benefit_i / weight_i                      metric
 ======================  ========================================  ======================
 ``HitEvidence``         cached prompt tokens / prompt tokens      ``prefill_saved``
 (hit_evidence.py)       (simulate's engine models at the pool)
-a predict-based one     1 if the request meets every SLO / 1      ``slo_attainment``
-(``kvroute predict``)   (predicted TTFT/TPOT per engine)
+``PredictEvidence``     1 if the request meets every SLO / 1      ``slo_attainment``
+(latency_evidence.py)   (``kvroute predict``'s TTFT/TPOT)
 ======================  ========================================  ======================
 
 Swapping one for the other is the only change the decision needs: it reads
@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvroute.advise.hardware import Hardware
+from kvroute.advise.result import LatencySummary
 from kvroute.trace.records import Request
 
 FloatArray = npt.NDArray[np.float64]
@@ -44,6 +45,8 @@ class EngineFigures:
     capacity_tokens: int | None
     details: dict[str, float] = field(default_factory=dict)
     """What the evidence measured besides (evictions, peak running requests)."""
+    latency: LatencySummary | None = None
+    """The predicted latencies, for latency evidence."""
 
     @property
     def value(self) -> float:

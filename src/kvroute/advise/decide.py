@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from kvroute.advise.base import EngineFigures, LatencyEvidence
 from kvroute.advise.capacity_plan import plan_capacity
 from kvroute.advise.hardware import Hardware
+from kvroute.advise.latency_evidence import slo_headline, target_citations
 from kvroute.advise.options import DEFAULT_ENGINE, ENGINES, AdviseOptions
 from kvroute.advise.result import (
     CapacityPlan,
@@ -72,6 +73,9 @@ class DecisionContext:
     advisories: list[Advisory]
     current: dict[str, str]
     """Class name -> the engine that serves it today (``--current``)."""
+    capacity_evidence: LatencyEvidence | None = None
+    """What the capacity plan replays (it compares with the ideal hit ratio, so it needs
+    hit evidence); None: :attr:`evidence` itself."""
 
 
 def _pp(x: float) -> str:
@@ -132,7 +136,17 @@ def _scores(
         if engine == incumbent:
             out.append(
                 EngineScore(
-                    engine, iv.estimate, iv.low, iv.high, None, None, None, None, False, f.details
+                    engine,
+                    iv.estimate,
+                    iv.low,
+                    iv.high,
+                    None,
+                    None,
+                    None,
+                    None,
+                    False,
+                    f.details,
+                    f.latency,
                 )
             )
             continue
@@ -150,6 +164,7 @@ def _scores(
                 m,
                 d.low > m,
                 f.details,
+                f.latency,
             )
         )
     return out
@@ -231,11 +246,18 @@ def decide_class(inp: ClassInput, ctx: DecisionContext, fleet: set[str]) -> Clas
     )
     engine = winners[0].engine if winners else incumbent
     citations.extend(_margin_citations(scores, incumbent, where))
+    citations.extend(target_citations(scores, ctx.options.slo, where))
     needed = _requests_to_decide(len(inp.requests), scores, engine != incumbent, enough, minimum)
-    values = [s.value for s in scores]
+    cap_evidence = ctx.capacity_evidence or ctx.evidence
+    cap_figures = (
+        figures
+        if cap_evidence is ctx.evidence
+        else {e: cap_evidence.figures(inp.requests, e, ctx.hardware) for e in feasible}
+    )
+    values = [f.value for f in cap_figures.values()]
     spread = max(values) - min(values)
     capacity = plan_capacity(
-        inp.requests, ctx.evidence, ctx.hardware, figures[engine], inp.overlap, spread, where
+        inp.requests, cap_evidence, ctx.hardware, cap_figures[engine], inp.overlap, spread, where
     )
     citations.extend(capacity.citations)
     move = Move.STAY if engine == incumbent else (Move.SWITCH if engine in fleet else Move.ADD)
@@ -257,6 +279,7 @@ def decide_class(inp: ClassInput, ctx: DecisionContext, fleet: set[str]) -> Clas
         )
     )
     headline = _headline(inp.name, engine, incumbent, move, lever, scores, capacity, ctx)
+    headline += slo_headline(scores, engine, ctx.options.slo, ENGINE_NAMES)
     if not enough:
         headline = (
             f"{inp.name}: {ENGINE_NAMES[engine]} (stay): {len(inp.requests)} requests are too "

@@ -182,9 +182,14 @@ def sglang_flags(classes: list[ClassDecision], hw: Hardware, limits: TraceLimits
     return flags
 
 
+def llamacpp_slots(concurrency: float) -> int:
+    """``-np``: one slot per concurrent request, at most the feasibility rule's slots."""
+    return int(min(LLAMACPP_MAX_SLOTS, max(1, math.ceil(concurrency))))
+
+
 def llamacpp_flags(classes: list[ClassDecision], hw: Hardware, limits: TraceLimits) -> list[Flag]:
     conc = _concurrency(classes)
-    slots = int(min(LLAMACPP_MAX_SLOTS, max(1, math.ceil(conc))))
+    slots = llamacpp_slots(conc)
     per_slot = _pow2_at_least(limits.max_sequence_tokens)
     return [
         Flag("-np", str(slots), f"one slot per concurrent request: p90 concurrency {conc:.1f}"),

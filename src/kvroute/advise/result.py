@@ -47,6 +47,26 @@ class Feasibility:
 
 
 @dataclass(frozen=True, slots=True)
+class LatencySummary:
+    """What ``kvroute predict`` gave for one engine on one class (seconds; ``None`` where
+    no request has the metric, e.g. TPOT of one-token outputs)."""
+
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    tpot_p50_s: float | None
+    tpot_p99_s: float | None
+    attainment: dict[str, float]
+    """Per ``--slo`` target: the share of requests within its limit."""
+    saturated: bool
+    verdict: str
+    load: str
+    calibration_source: str
+    uses_prior: bool
+    """True when no calibration for this engine and GPU was given or shipped: the step
+    times are another engine's or GPU's fit, widened."""
+
+
+@dataclass(frozen=True, slots=True)
 class EngineScore:
     engine: str
     value: float
@@ -59,6 +79,8 @@ class EngineScore:
     """What ``vs_incumbent_low`` had to exceed; None for the incumbent itself."""
     clears_margin: bool
     details: dict[str, float]
+    latency: LatencySummary | None = None
+    """Predicted latencies behind an ``slo_attainment`` score; None for hit evidence."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +199,8 @@ class Inputs:
     evidence: str
     """The metric the scores are in: ``prefill_saved`` (hits) or ``slo_attainment``."""
     current: str | None
+    evidence_fallback: str | None = None
+    """Why latency evidence was asked for (``--slo``) but hits were scored instead."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,8 @@ from kvroute.advise.current import changes
 from kvroute.advise.decide import ENGINE_NAMES, ClassInput, DecisionContext, decide
 from kvroute.advise.flags import TraceLimits, engine_flags
 from kvroute.advise.hardware import Hardware
+from kvroute.advise.hit_evidence import METRIC as HIT_METRIC
+from kvroute.advise.hit_evidence import HitEvidence
 from kvroute.advise.options import AdviseOptions, Exposure
 from kvroute.advise.result import (
     SCHEMA,
@@ -31,11 +33,16 @@ from kvroute.advise.result import (
 )
 from kvroute.advise.rules import Advisory
 from kvroute.advise.scoring import cluster_ids, switching_margin
-from kvroute.advise.workload import isolate_tenants, num_tenants, split_by_class
+from kvroute.advise.workload import (
+    concurrency_p90,
+    isolate_tenants,
+    num_tenants,
+    prompt_len,
+    split_by_class,
+)
 from kvroute.analyze.run import analyze_requests
-from kvroute.analyze.shape import concurrency_of
 from kvroute.cache.seq import final_tokens
-from kvroute.cache.timing import TimingOptions, plan, service_s
+from kvroute.cache.timing import TimingOptions, plan
 from kvroute.errors import InputError
 from kvroute.gateway.types import WorkloadClass
 from kvroute.trace.records import Request
@@ -50,29 +57,6 @@ class TraceSourceInfo:
     path: str
     format: str
     tokenizer: str | None
-
-
-def _prompt_len(r: Request) -> int:
-    return int(getattr(r.prompt, "num_tokens", 0))
-
-
-def concurrency_p90(requests: Sequence[Request], timing: TimingOptions) -> float:
-    """p90 requests in flight at arrivals: the trace's end times where known, else the
-    service model's run time; 1 when the trace has no arrival times."""
-    schedule = plan(requests, timing)
-    if schedule.arrival_s is None:
-        return 1.0
-    run = np.array(
-        [
-            s if np.isfinite(s) else service_s(_prompt_len(r), out, timing)
-            for r, s, out in zip(
-                requests, schedule.trace_run_s, schedule.output_tokens, strict=True
-            )
-        ],
-        dtype=np.float64,
-    )
-    c = concurrency_of(schedule.arrival_s, schedule.arrival_s + run)
-    return 1.0 if c is None else float(c.p90)
 
 
 def _overlap(requests: Sequence[Request], source: TraceSourceInfo) -> float:
@@ -114,7 +98,7 @@ def class_input(
 
 def _limits(requests: Sequence[Request], timing: TimingOptions) -> TraceLimits:
     schedule = plan(requests, timing)
-    lengths = [_prompt_len(r) for r in requests]
+    lengths = [prompt_len(r) for r in requests]
     longest = max(
         (final_tokens(p, o) for p, o in zip(lengths, schedule.output_tokens, strict=True)),
         default=0,
@@ -133,8 +117,11 @@ def advise(
     *,
     current: dict[str, str] | None = None,
     timing: TimingOptions | None = None,
+    evidence_fallback: str | None = None,
 ) -> Advice:
     """Decide, per class, the engine, its flags and its capacity (see decide.py).
+
+    ``evidence_fallback``: why latency evidence was asked for but ``evidence`` is hits.
 
     Raises :class:`InputError` when the trace is too small to decide on.
     """
@@ -156,7 +143,11 @@ def advise(
         ]
     else:
         inputs = [class_input(ALL, requests, 1.0, source, options, t)]
-    ctx = DecisionContext(hardware, options, evidence, advisories, dict(current or {}))
+    # The capacity plan compares with the ideal hit ratio: it always replays hits.
+    capacity_evidence = None if evidence.metric == HIT_METRIC else HitEvidence()
+    ctx = DecisionContext(
+        hardware, options, evidence, advisories, dict(current or {}), capacity_evidence
+    )
     decisions = decide(inputs, ctx)
     whole = _overlap(requests, source)
     citations = [
@@ -185,7 +176,7 @@ def advise(
             path=source.path,
             format=source.format,
             num_requests=n,
-            prompt_tokens=sum(_prompt_len(r) for r in requests),
+            prompt_tokens=sum(prompt_len(r) for r in requests),
             overlap=whole,
             prompt_form="tokens" if source.tokenizer else "block_hashes",
         ),
@@ -207,13 +198,14 @@ def advise(
             engines=list(options.engines),
             evidence=evidence.metric,
             current=None if not current else ",".join(f"{k}={v}" for k, v in current.items()),
+            evidence_fallback=evidence_fallback,
         ),
         engines=sorted({d.engine for d in decisions}),
         classes=decisions,
         flags=flags,
         citations=citations,
         changes=changes(decisions, current) if current else [],
-        notes=_notes(options, evidence),
+        notes=_notes(options, evidence, decisions, evidence_fallback),
     )
 
 
@@ -247,13 +239,34 @@ def headline(decisions: Sequence[ClassDecision]) -> str:
     return f"Run {engines}.{prior}"
 
 
-def _notes(options: AdviseOptions, evidence: LatencyEvidence) -> list[str]:
+def _notes(
+    options: AdviseOptions,
+    evidence: LatencyEvidence,
+    decisions: Sequence[ClassDecision],
+    fallback: str | None,
+) -> list[str]:
     notes = []
-    if evidence.metric == "prefill_saved":
+    if evidence.metric == HIT_METRIC:
         notes.append(
-            "scores are prefill saved (simulated prefix-cache hits at the pool), not latency: "
-            "kvroute predict will score SLO attainment through the same seam (advise/base.py)"
+            "scores are prefill saved (simulated prefix-cache hits at the pool), not latency"
         )
-        if options.slo:
-            notes.append("--slo is recorded but not scored yet: hit-based evidence has no latency")
+        if fallback is not None:
+            notes.append(f"--slo is not scored: {fallback}; scored on cache hits instead")
+        elif options.slo:
+            notes.append("--slo is recorded but not scored: --evidence hits has no latency")
+        return notes
+    notes.append(
+        "scores are SLO attainment: the share of requests whose predicted TTFT/TPOT/E2E "
+        "meet every --slo limit (kvroute predict); capacity advice replays cache hits"
+    )
+    prior = sorted(
+        {s.engine for d in decisions for s in d.scores if s.latency and s.latency.uses_prior}
+    )
+    if prior:
+        notes.append(
+            "uses_prior: no calibration for "
+            + ", ".join(ENGINE_NAMES[e] for e in prior)
+            + " on this GPU: predict's widened priors stand in (run kvroute calibrate, "
+            "then --calibration)"
+        )
     return notes

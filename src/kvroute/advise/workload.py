@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from kvroute.analyze.shape import concurrency_of
+from kvroute.cache.timing import TimingOptions, plan, service_s
 from kvroute.gateway.classify import ClassifyOptions, classify
 from kvroute.gateway.types import WorkloadClass
 from kvroute.trace.records import (
@@ -117,3 +119,26 @@ def isolate_tenants(requests: Sequence[Request]) -> list[Request]:
 
 def num_tenants(requests: Sequence[Request]) -> int:
     return len({tenant_of(r) for r in requests})
+
+
+def prompt_len(r: Request) -> int:
+    return int(getattr(r.prompt, "num_tokens", 0))
+
+
+def concurrency_p90(requests: Sequence[Request], timing: TimingOptions) -> float:
+    """p90 requests in flight at arrivals: the trace's end times where known, else the
+    service model's run time; 1 when the trace has no arrival times."""
+    schedule = plan(requests, timing)
+    if schedule.arrival_s is None:
+        return 1.0
+    run = np.array(
+        [
+            s if np.isfinite(s) else service_s(prompt_len(r), out, timing)
+            for r, s, out in zip(
+                requests, schedule.trace_run_s, schedule.output_tokens, strict=True
+            )
+        ],
+        dtype=np.float64,
+    )
+    c = concurrency_of(schedule.arrival_s, schedule.arrival_s + run)
+    return 1.0 if c is None else float(c.p90)

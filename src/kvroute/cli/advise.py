@@ -2,7 +2,7 @@
 
 Reads options (every one checked before the trace is read), sizes the pool, reads and
 labels the trace (the gateway's classes, before tokenizing), runs
-:func:`kvroute.advise.run.advise` on hit-based evidence, renders every output in
+:func:`kvroute.advise.run.advise` on the chosen evidence (registry.py), renders every output in
 memory, checks the gateway config as ``kvroute serve --check`` would, and only then
 writes ``--out DIR`` whole (advise_output.py).
 """
@@ -18,6 +18,7 @@ from kvroute.advise.alerts import alerts_yaml
 from kvroute.advise.current import engine_by_class, single_engine
 from kvroute.advise.gateway_config import default_url, gateway_engines, gateway_yaml
 from kvroute.advise.hardware import CPU, resolve_hardware
+from kvroute.advise.latency_evidence import METRIC as LATENCY_METRIC
 from kvroute.advise.launch_scripts import launch_scripts
 from kvroute.advise.options import (
     ENGINES,
@@ -28,7 +29,7 @@ from kvroute.advise.options import (
     parse_engine_list,
     parse_slo,
 )
-from kvroute.advise.registry import evidence_sources
+from kvroute.advise.registry import EvidenceSetup, choose_evidence, evidence_sources
 from kvroute.advise.result import Advice
 from kvroute.advise.rules import load_advisories
 from kvroute.advise.run import ROUTE_PER_CLASS_TEAM, TraceSourceInfo, advise
@@ -44,6 +45,7 @@ from kvroute.errors import UsageError
 from kvroute.gateway.classify import ClassifyOptions
 from kvroute.gateway.config import load_config, parse_config
 from kvroute.gateway.types import WorkloadClass
+from kvroute.predict.calibration import Calibration, load_calibration
 from kvroute.report.html import render_page
 from kvroute.trace.records import Request
 
@@ -111,7 +113,11 @@ from kvroute.trace.records import Request
     default="internal",
     show_default=True,
 )
-@click.option("--slo", default=None, help="Objectives, e.g. ttft_p99=1s,tpot_p99=60ms.")
+@click.option(
+    "--slo",
+    default=None,
+    help="Objectives, e.g. ttft_p99=1s,tpot_p99=60ms: scores engines on predicted latency.",
+)
 @click.option(
     "--engines",
     "engines",
@@ -121,9 +127,9 @@ from kvroute.trace.records import Request
 )
 @click.option(
     "--calibration",
-    type=click.Path(path_type=Path, file_okay=False),
+    type=click.Path(path_type=Path),
     default=None,
-    help="Calibration directory of kvroute predict (recorded; scoring uses cache hits until predict lands).",
+    help="A kvroute calibrate file, or a directory of them (one per engine), for latency evidence.",
 )
 @click.option(
     "--current",
@@ -141,9 +147,9 @@ from kvroute.trace.records import Request
 @click.option(
     "--evidence",
     "evidence_name",
-    default="hits",
-    show_default=True,
-    help="What engines are scored on (hits: prefill saved, from the cache models).",
+    default=None,
+    help="What engines are scored on: latency (SLO attainment from kvroute predict; the "
+    "default with --slo) or hits (prefill saved, from the cache models; the default without).",
 )
 @click.option(
     "--min-requests",
@@ -179,7 +185,7 @@ def advise_cmd(
     calibration: Path | None,
     current_path: Path | None,
     urls: tuple[str, ...],
-    evidence_name: str,
+    evidence_name: str | None,
     min_requests: int,
     format_name: str | None,
     tokenizer: str | None,
@@ -192,7 +198,8 @@ def advise_cmd(
     \b
     Classes are the gateway's (structured, agent, tools, long_prefix, chat,
     completion). Per class: feasibility (the model fits, llama.cpp's slots, exposure
-    rules), then each engine's prefill saved at the KV pool, compared with the
+    rules), then each engine's score (with --slo: the share of requests whose
+    predicted TTFT/TPOT meet it; without: prefill saved at the KV pool), compared with the
     incumbent (vLLM, or what --current runs) on the same requests: a move must clear a
     margin that grows as the team shrinks and ops tolerance falls, on the interval's
     lower bound. Then capacity: the pool for 90 % of the ideal, replicas with
@@ -214,7 +221,11 @@ def advise_cmd(
     for engine in url_map:
         if engine not in ENGINES:
             raise UsageError(f"--url: unknown engine '{engine}' (valid: {', '.join(ENGINES)})")
-    evidence = evidence_sources().get(evidence_name)()
+    setup = EvidenceSetup(
+        options.slo, load_calibrations(calibration) if calibration is not None else {}
+    )
+    if evidence_name is not None:
+        evidence_sources().get(evidence_name)(setup)  # a bad name or no --slo: before the trace
     check_out_dir(out, force=force)
     hardware = resolve_hardware(
         resolve_model(model),
@@ -240,6 +251,7 @@ def advise_cmd(
         requests, source = load_trace(
             given, format_name, tokenizer, workers, skip_invalid, console, tap=label
         )
+    choice = choose_evidence(evidence_name, setup, requests, hardware)
     with console.status("advising: replaying each class on each engine"):
         advice = advise(
             requests,
@@ -247,14 +259,13 @@ def advise_cmd(
             TraceSourceInfo(source.path, source.format, source.tokenizer),
             hardware,
             options,
-            evidence,
+            choice.evidence,
             load_advisories(),
             current=current,
+            evidence_fallback=choice.fallback,
         )
-    if calibration is not None:
-        advice.notes.append(
-            f"--calibration {calibration} recorded: it is used once kvroute predict scores latency"
-        )
+    if calibration is not None and choice.evidence.metric != LATENCY_METRIC:
+        advice.notes.append(f"--calibration {calibration} is not used: the scores are cache hits")
     files = render_outputs(
         advice,
         url_map,
@@ -270,6 +281,21 @@ def advise_cmd(
         for d in advice.classes:
             console.print(f"  {d.headline}", soft_wrap=True, markup=False)
         console.print(f"wrote {out}/: {', '.join(sorted(files))}")
+
+
+def load_calibrations(path: Path) -> dict[str, Calibration]:
+    """Engine -> calibration from a kvroute calibrate file, or every ``*.json`` of a
+    directory; ``InputError`` for an unreadable one, ``UsageError`` for two of one engine."""
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    if not files:
+        raise UsageError(f"--calibration {path}: no *.json calibration files in it")
+    out: dict[str, Calibration] = {}
+    for f in files:
+        cal = load_calibration(f)
+        if cal.engine in out:
+            raise UsageError(f"--calibration {path}: two calibrations for {cal.engine} ({f.name})")
+        out[cal.engine] = cal
+    return out
 
 
 def render_outputs(

@@ -68,7 +68,15 @@ def _lead(a: Advice) -> list[Block]:
                     + (f"; fp8: {fmt.tokens(hw.fp8_pool_tokens)}" if hw.fp8_pool_tokens else ""),
                 ),
                 ("team", f"{a.inputs.team_size} people, {a.inputs.ops} ops, {a.inputs.exposure}"),
-                ("evidence", a.inputs.evidence),
+                (
+                    "evidence",
+                    a.inputs.evidence
+                    + (
+                        f" (latency asked for, not possible: {a.inputs.evidence_fallback})"
+                        if a.inputs.evidence_fallback
+                        else ""
+                    ),
+                ),
                 ("scope", a.scope),
             ]
         )
@@ -94,6 +102,58 @@ def _scores_chart(a: Advice) -> Chart:
         x_label="class",
         y_label=a.inputs.evidence.replace("_", " "),
         percent=True,
+    )
+    return Chart(svg)
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else fmt.duration(value)
+
+
+def _latency_table(d: ClassDecision) -> Table | None:
+    """What kvroute predict gave per engine, behind an SLO-attainment score."""
+    scored = [(s.engine, s.latency) for s in d.scores if s.latency is not None]
+    if not scored:
+        return None
+    targets = sorted({t for _, lat in scored for t in lat.attainment})
+    return Table(
+        ["engine", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99"]
+        + [f"within {t}" for t in targets]
+        + ["saturation", "calibration"],
+        [
+            [
+                ENGINE_NAMES[engine],
+                _seconds(lat.ttft_p50_s),
+                _seconds(lat.ttft_p99_s),
+                _seconds(lat.tpot_p50_s),
+                _seconds(lat.tpot_p99_s),
+                *(fmt.percent(lat.attainment.get(t)) for t in targets),
+                lat.verdict,
+                f"{lat.calibration_source} (prior)" if lat.uses_prior else lat.calibration_source,
+            ]
+            for engine, lat in scored
+        ],
+        caption=f"kvroute predict on this class's requests ({scored[0][1].load}).",
+    )
+
+
+def _latency_chart(a: Advice) -> Chart | None:
+    """Predicted TTFT p99 by class and engine, when the scores are latency."""
+    if not any(s.latency for d in a.classes for s in d.scores):
+        return None
+
+    def p99(d: ClassDecision, engine: str) -> float:
+        s = next((s for s in d.scores if s.engine == engine), None)
+        v = s.latency.ttft_p99_s if s is not None and s.latency is not None else None
+        return float("nan") if v is None else v
+
+    engines = sorted({s.engine for d in a.classes for s in d.scores})
+    svg = bar_chart(
+        [d.workload for d in a.classes],
+        [Bars(ENGINE_NAMES[e], [p99(d, e) for d in a.classes]) for e in engines],
+        title="predicted TTFT p99 by class and engine",
+        x_label="class",
+        y_label="TTFT p99 (s)",
     )
     return Chart(svg)
 
@@ -128,6 +188,9 @@ def _class_section(d: ClassDecision) -> Section:
             caption="Every engine replayed on this class's requests at the pool; differences are paired by request.",
         )
     )
+    latency = _latency_table(d)
+    if latency is not None:
+        blocks.append(latency)
     blocks.append(Paragraph(f"Prior: {d.prior.text}."))
     blocks.append(
         Table(
@@ -217,7 +280,11 @@ def _class_section(d: ClassDecision) -> Section:
 
 def advise_page(advice: Advice, generated_at: datetime, gateway_yaml: str) -> Page:
     a = advice
-    sections = [Section("Scores", [_scores_chart(a)])]
+    score_blocks: list[Block] = [_scores_chart(a)]
+    latency = _latency_chart(a)
+    if latency is not None:
+        score_blocks.append(latency)
+    sections = [Section("Scores", score_blocks)]
     sections.extend(_class_section(d) for d in a.classes)
     sections.append(
         Section(
