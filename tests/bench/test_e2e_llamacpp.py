@@ -35,7 +35,7 @@ def bench(server: EngineRecord, workload: str, params: dict[str, str]) -> BenchR
 @pytest.mark.slow
 def test_rag_hits_the_engine_cache_more_than_code(llamacpp_server: EngineRecord) -> None:
     rag = bench(
-        llamacpp_server, "rag", {"prompt_tokens": "256", "overlap": "0.7", "output_tokens": "4"}
+        llamacpp_server, "rag", {"prompt_tokens": "600", "overlap": "0.7", "output_tokens": "4"}
     ).runs[0]
     code = bench(llamacpp_server, "code", {"context_tokens": "256", "output_tokens": "4"}).runs[0]
     for run in (rag, code):
