@@ -16,7 +16,7 @@ import orjson
 
 from kvroute.bench.http1 import Failure
 from kvroute.bench.record import ErrorKind, Outcome, RequestRecord
-from kvroute.bench.sse import SSEEvent, SSEParser
+from kvroute.http.sse import SSEEvent, SSEParser
 
 _ERROR_BODY_BYTES = 2048
 

@@ -7,7 +7,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvroute.bench.sse import SSEEvent, SSEParser
+from kvroute.http.sse import SSEEvent, SSEParser
 
 STREAM = (
     b": ping\r\n\r\n"
