@@ -45,3 +45,33 @@ def test_events_split_anywhere_arrive_whole() -> None:
         out = [relay.feed(stream[:cut]), relay.feed(stream[cut:]), relay.finish()]
         assert b"".join(out) == CHUNK + DONE
         assert all(not piece or piece.endswith(b"\n\n") for piece in out)
+
+
+def test_crlf_and_cr_framed_events_are_forwarded_at_once() -> None:
+    # SSE allows CRLF and lone CR line ends; an event so framed is complete when its
+    # blank line arrives and must not wait in the relay for more bytes.
+    for end in (b"\r\n", b"\r", b"\n\r\n"):
+        event = CHUNK[:-2] + end + (b"" if end == b"\n\r\n" else end)
+        relay = SseRelay(strip_usage=True)
+        assert relay.feed(event) == event
+
+
+def test_crlf_framed_usage_chunk_is_read_and_stripped() -> None:
+    relay = SseRelay(strip_usage=True)
+    crlf = CHUNK.replace(b"\n", b"\r\n")
+    usage = USAGE_ONLY.replace(b"\n", b"\r\n")
+    done = DONE.replace(b"\n", b"\r\n")
+    assert run(relay, [crlf, usage + done]) == crlf + done
+    assert relay.usage == {"prompt_tokens": 3, "completion_tokens": 1}
+    riding = SseRelay(strip_usage=True)
+    out = riding.feed(USAGE_ON_LAST.replace(b"\n", b"\r\n"))
+    assert out.endswith(b"\r\n\r\n") and b"usage" not in out
+
+
+def test_crlf_events_split_anywhere_arrive_whole() -> None:
+    stream = (CHUNK + USAGE_ONLY + DONE).replace(b"\n", b"\r\n")
+    want = (CHUNK + DONE).replace(b"\n", b"\r\n")
+    for cut in range(1, len(stream)):
+        relay = SseRelay(strip_usage=True)
+        out = [relay.feed(stream[:cut]), relay.feed(stream[cut:]), relay.finish()]
+        assert b"".join(out) == want

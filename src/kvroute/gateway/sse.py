@@ -1,6 +1,7 @@
 """Server-sent-event pass-through: forward complete events, watch for usage. Pure.
 
-Bytes are forwarded event by event as they complete (a piece that ends mid-event
+Bytes are forwarded event by event as they complete (framing by
+:mod:`kvroute.http.sse`: LF, CRLF or CR line ends) (a piece that ends mid-event
 waits for the rest: half an event is of no use to a client). Only events that carry a
 ``usage`` object are decoded; every other byte goes through untouched.
 
@@ -18,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from kvroute.http.sse import last_event_end, split_events
+
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 _MAX_PENDING_BYTES = 1 << 20
 
@@ -29,32 +32,46 @@ class SseRelay:
     decoded event that carried it (llama.cpp's ``timings`` ride there too).
     """
 
-    __slots__ = ("_pending", "num_events_forwarded", "strip_usage", "usage", "usage_event")
+    __slots__ = (
+        "_pending",
+        "_skip_lf",
+        "num_events_forwarded",
+        "strip_usage",
+        "usage",
+        "usage_event",
+    )
 
     def __init__(self, *, strip_usage: bool) -> None:
         self.strip_usage = strip_usage
         self._pending = b""
+        self._skip_lf = False
         self.usage: dict[str, Any] | None = None
         self.usage_event: dict[str, Any] | None = None
         self.num_events_forwarded = 0
 
     def feed(self, data: bytes) -> bytes:
         """The complete events in ``data`` (plus what was pending), ready to forward."""
+        if self._skip_lf:
+            self._skip_lf = False
+            if data[:1] == b"\n":
+                data = data[1:]
         if self._pending:
             data = self._pending + data
             self._pending = b""
-        cut = data.rfind(b"\n\n")
-        if cut < 0:
+        end = last_event_end(data)
+        if not end:
             if len(data) > _MAX_PENDING_BYTES:  # not SSE framing after all: pass it on
                 return data
             self._pending = data
             return b""
-        if cut + 2 < len(data):
-            self._pending = data[cut + 2 :]
-            data = data[: cut + 2]
+        if end < len(data):
+            self._pending = data[end:]
+            data = data[:end]
         if _USAGE.search(data) is None:
             return data
-        return self._rewrite(data)
+        out = self._rewrite(data)
+        self._skip_lf = self._skip_lf and not self._pending
+        return out
 
     def finish(self) -> bytes:
         """Whatever was left pending when the upstream ended (an unterminated event)."""
@@ -63,10 +80,18 @@ class SseRelay:
 
     def _rewrite(self, data: bytes) -> bytes:
         out: list[bytes] = []
-        for event in data.split(b"\n\n")[:-1]:
-            kept = self._one(event)
+        for event, terminator in split_events(data):
+            # An event may start with the LF of a CRLF whose CR ended the last piece:
+            # those bytes stay, whatever becomes of the event.
+            body = event.lstrip(b"\r\n")
+            kept = self._one(body)
             if kept is not None:
-                out.append(kept + b"\n\n")
+                out.append(event[: len(event) - len(body)] + kept + terminator)
+            elif len(body) < len(event):
+                out.append(event[: len(event) - len(body)])
+            # A dropped event whose last line end is a CR ending the data: the LF that
+            # may start the next piece belongs to it and goes too.
+            self._skip_lf = kept is None and terminator.endswith(b"\r")
         return b"".join(out)
 
     def _one(self, event: bytes) -> bytes | None:
