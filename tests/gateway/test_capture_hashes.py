@@ -6,15 +6,16 @@ import numpy as np
 import orjson
 import pytest
 
-from kvroute.gateway.capture_hashes import PrefixHasher, batch_block_hashes
-from kvroute.trace import fast_chain
+from kvroute.gateway.capture_hashes import PrefixHasher
+from kvroute.trace import hashing
+from kvroute.trace.hashing import batch_block_hashes
 from kvroute.trace.writer import prompt_block_hashes
 
 ONE_BY_ONE = [
     False,
     pytest.param(
         True,
-        marks=pytest.mark.skipif(not fast_chain.active(), reason="chainhash.c not built"),
+        marks=pytest.mark.skipif(not hashing.active(), reason="chainhash.c not built"),
     ),
 ]
 
@@ -53,7 +54,7 @@ def test_memo_stays_within_its_bound() -> None:
     assert 0 < hasher._memo_bytes <= 64 * 1024
 
 
-@pytest.mark.skipif(not fast_chain.active(), reason="chainhash.c not built")
+@pytest.mark.skipif(not hashing.active(), reason="chainhash.c not built")
 def test_one_by_one_reuses_a_shared_system_prompt_across_conversations() -> None:
     """Conversations that alternate behind one system prompt reuse its hashes; a new
     version of the system prompt (a shorter common prefix) is hashed whole once and

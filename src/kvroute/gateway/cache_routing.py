@@ -33,7 +33,7 @@ class Prediction(NamedTuple):
 
     token_ids: TokenIds
     token_keys: U64
-    """The prompt's per-token chained hashes (each view takes its units' from them)."""
+    """The prompt's per-token chained hashes (the keys of views at one token)."""
     seqs: list[CacheSeq]
     """Per candidate backend: the prompt at that backend's cache unit."""
     hits: list[int]
@@ -55,7 +55,7 @@ class CacheRouter:
 
     A session's previous prompt is kept (:class:`~kvroute.gateway.prompt_keys.SessionKeys`,
     LRU, ``max_sessions``): when the new prompt extends it, only the new tokens are
-    hashed, once for every view (:func:`~kvroute.gateway.cache_view.unit_keys`).
+    hashed (at one token; views with larger units hash their blocks, :func:`~kvroute.gateway.cache_view.unit_keys`).
     """
 
     def __init__(
@@ -108,7 +108,7 @@ class CacheRouter:
             max_output = DEFAULT_MAX_OUTPUT_TOKENS
         view = chosen.view()
         seq = prediction.seqs[backends.index(chosen)]
-        view.start(request_id, seq, prediction.token_ids, max_output, prediction.token_keys)
+        view.start(request_id, seq, prediction.token_ids, max_output)
         if self.logger.isEnabledFor(logging.DEBUG):
             self.logger.debug(prediction.explain(backends, chosen))
 

@@ -11,14 +11,11 @@ from its cache. The picture is a model, not the engine's state: it is right when
 traffic to the backend goes through this gateway and the engine keeps what its model
 says it keeps.
 
-A view keys a prompt by the chained hashes of :mod:`kvroute.trace.hashing` at one
-token (the router keeps them per session, :mod:`kvroute.gateway.prompt_keys`), and a
-model with larger units (vLLM's 16-token blocks) takes every ``unit``-th of them: the
-key of a block is the hash of the whole prefix that ends with it. Like
-``chain_hashes(ids, unit)`` two prompts share a prefix of these keys exactly when they
-share those blocks, though the numbers differ; hashing once at one token serves every
-model (and capture's trace hashes are computed apart). Prompt token ids come from
-:mod:`kvroute.gateway.prompt_tokens`.
+A view keys a prompt by the chained block hashes of :mod:`kvroute.trace.hashing` at its
+model's unit: at one token the router's per-session keys (:mod:`kvroute.gateway.prompt_keys`,
+``chain_hashes(ids, 1)``), at vLLM's 16-token blocks ``chain_hashes(ids, 16)``: the one
+key scheme, so a view's block keys are the very keys capture writes and the traffic
+window counts. Prompt token ids come from :mod:`kvroute.gateway.prompt_tokens`.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ from kvroute.cache.base import U64, AdmitStatus, CacheGeometry, CacheSeq, Prefix
 from kvroute.cache.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
 from kvroute.cache.registry import EngineSettings, cache_models
 from kvroute.cache.vllm import VllmConfig
-from kvroute.trace.hashing import chain_hashes
+from kvroute.trace.hashing import block_hashes, chain_hashes
 from kvroute.types import TokenIds
 
 DEFAULT_CAPACITY_TOKENS = {"llamacpp": 4 * 2048, "vllm": 65_536, "sglang": 65_536}
@@ -67,16 +64,19 @@ class CacheViewConfig:
         )
 
 
-def unit_keys(token_keys: U64, unit_tokens: int) -> U64:
-    """A model's keys at ``unit_tokens`` from a prompt's per-token chained hashes: the
-    hash of each prefix that ends a full unit (a strided view, no copy)."""
-    return token_keys if unit_tokens == 1 else token_keys[unit_tokens - 1 :: unit_tokens]
+def unit_keys(token_ids: TokenIds, unit_tokens: int, token_keys: U64 | None = None) -> U64:
+    """A model's keys at ``unit_tokens``: the chained hashes of the prompt's full units,
+    ``chain_hashes(token_ids, unit_tokens)``; at one token, ``token_keys`` when the
+    caller has them (the router's per-session chain)."""
+    if unit_tokens == 1:
+        return chain_hashes(token_ids, 1) if token_keys is None else token_keys
+    return np.array(block_hashes(token_ids, unit_tokens, partial=False), dtype=np.uint64)
 
 
-def _seq(token_ids: TokenIds, unit_tokens: int, keep_ids: bool, token_keys: U64) -> CacheSeq:
+def _seq(token_ids: TokenIds, unit_tokens: int, keep_ids: bool, keys: U64) -> CacheSeq:
     n = int(token_ids.shape[0])
     return CacheSeq(
-        keys=unit_keys(token_keys, unit_tokens),
+        keys=keys,
         num_tokens=n,
         num_units=units_for(n, unit_tokens),
         unit_tokens=unit_tokens,
@@ -120,20 +120,19 @@ class BackendCacheView:
             else None
         )
         self._pinned: dict[int, tuple[TokenIds, U64]] = {}
-        """Request id -> its prompt's token ids and per-token keys."""
+        """Request id -> its prompt's token ids and its keys at the model's unit."""
         self._next_pseudo = 0
         self._next_output_key = 0
         self._slot_used_at: dict[int, int] = {}  # llama.cpp slot -> router tick of its last end
         # Sent while the model had no room (every llama.cpp slot busy): the engine queues
         # them and runs them, oldest first, as requests end; so does the view.
-        self._waiting: dict[int, tuple[CacheSeq, TokenIds, int, U64 | None]] = {}
+        self._waiting: dict[int, tuple[CacheSeq, TokenIds, int]] = {}
 
     def seq(self, token_ids: TokenIds, token_keys: U64 | None = None) -> CacheSeq:
         """``token_ids`` as this model's sequence; ``token_keys`` are their per-token
         chained hashes (``chain_hashes(token_ids, 1)``) when the caller has them."""
-        if token_keys is None:
-            token_keys = chain_hashes(token_ids, 1)
-        return _seq(token_ids, *self.seq_kind, token_keys)
+        unit = self.model.unit_tokens
+        return _seq(token_ids, *self.seq_kind, unit_keys(token_ids, unit, token_keys))
 
     def predict(self, seq: CacheSeq) -> int:
         """Prompt tokens the backend would serve from its cache now. Does not mutate."""
@@ -160,14 +159,10 @@ class BackendCacheView:
         seq: CacheSeq,
         token_ids: TokenIds,
         max_output: int,
-        token_keys: U64 | None = None,
     ) -> None:
         """A request was sent here: pin its prompt, or queue it while the model has no room
-        (skipped when it can never fit). ``token_keys``: as for :meth:`seq` (needed at
-        the request's end; computed when it is pinned, if not given)."""
-        if token_keys is None and self.model.unit_tokens == 1:
-            token_keys = seq.keys
-        waiting = (seq, token_ids, max_output, token_keys)
+        (skipped when it can never fit)."""
+        waiting = (seq, token_ids, max_output)
         if self._waiting or not self._pin(request_id, *waiting):
             self._waiting[request_id] = waiting
 
@@ -177,14 +172,11 @@ class BackendCacheView:
         seq: CacheSeq,
         token_ids: TokenIds,
         max_output: int,
-        token_keys: U64 | None,
     ) -> bool:
         """Pin it; False when the model has no room now."""
         status = self.model.pin(request_id, seq, seq.num_tokens + max_output).status
         if status is AdmitStatus.ADMITTED:
-            if token_keys is None:
-                token_keys = chain_hashes(token_ids, 1)
-            self._pinned[request_id] = (token_ids, token_keys)
+            self._pinned[request_id] = (token_ids, seq.keys)
         return status is not AdmitStatus.NO_ROOM
 
     def finish(self, request_id: int, num_output_tokens: int, tick: int = 0) -> None:
@@ -196,16 +188,20 @@ class BackendCacheView:
             return
         if isinstance(self.model, LlamaCppPrefixCache):
             self._slot_used_at[self.model.slot_of(request_id)] = tick
-        token_ids, token_keys = pinned
+        token_ids, prompt_keys = pinned
         num_kept = max(num_output_tokens - 1, 0)  # the last token never gets KV
         pseudo = np.arange(self._next_pseudo, self._next_pseudo + num_kept, dtype=np.uint64)
         self._next_pseudo = (self._next_pseudo + num_kept) % (1 << 30)
         outputs = (pseudo + _PSEUDO_BASE).astype(np.uint32)
         final = np.concatenate((token_ids, outputs))
+        # The units past the prompt's full ones hold output tokens: unique keys.
+        unit = self.model.unit_tokens
+        num_new = int(final.shape[0]) // unit - int(prompt_keys.shape[0])
         serial = self._next_output_key
-        self._next_output_key += num_kept
-        output_keys = np.arange(serial, serial + num_kept, dtype=np.uint64) + _OUTPUT_KEY_BASE
-        self.model.unpin(request_id, self.seq(final, np.concatenate((token_keys, output_keys))))
+        self._next_output_key += num_new
+        output_keys = np.arange(serial, serial + num_new, dtype=np.uint64) + _OUTPUT_KEY_BASE
+        keys = np.concatenate((prompt_keys, output_keys))
+        self.model.unpin(request_id, _seq(final, *self.seq_kind, keys))
         while self._waiting:
             waiting_id = next(iter(self._waiting))
             if not self._pin(waiting_id, *self._waiting[waiting_id]):

@@ -13,30 +13,21 @@ moved onto its parent::
     h_k(parent) = h_k(seed) + (parent - seed) * P**(k + 1)      (mod 2**64)
 
 All of that is for numpy, whose cost is per call: when the C hash of
-:mod:`kvroute.trace.fast_chain` is built, each prompt is simply hashed whole by it
+:func:`kvroute.trace.hashing.block_hashes` is built, each prompt is simply hashed whole by it
 (about 0.6 µs for a short prompt, 3 µs for 1,000 tokens, against ~8 µs per prompt for
 the vectorised pass over a batch of 100 short ones), with no memo.
 """
 
 from __future__ import annotations
 
-import functools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import numpy.typing as npt
 import orjson
 
-from kvroute.trace import fast_chain
-from kvroute.trace.hashing import (  # the content hash's parts, for partial blocks in one pass
-    _M2,
-    DEFAULT_SEED,
-    _mix,
-    _weights,
-    chain_hashes_batch,
-    extend_chain,
-)
+from kvroute.trace import hashing
+from kvroute.trace.hashing import DEFAULT_SEED, batch_block_hashes
 from kvroute.types import TokenIds
 
 MIN_CHECKPOINT_BLOCKS = 8
@@ -55,8 +46,8 @@ class PrefixHasher:
         one_by_one: bool | None = None,
     ) -> None:
         self.block_size_tokens = block_size_tokens
-        self.one_by_one = fast_chain.active() if one_by_one is None else one_by_one
-        """Hash each prompt whole with :func:`kvroute.trace.fast_chain.block_hashes`
+        self.one_by_one = hashing.active() if one_by_one is None else one_by_one
+        """Hash each prompt whole with :func:`kvroute.trace.hashing.block_hashes`
         (no memo): the default when its C build is loaded."""
         self.max_memo_bytes = max_memo_bytes
         self.num_prefix_hits = 0
@@ -66,14 +57,14 @@ class PrefixHasher:
         self._leads: OrderedDict[bytes, _Lead] = OrderedDict()
         """One by one: a first block's token bytes -> the prompts that begin with it."""
         self._lead_bytes = 0
-        native = fast_chain.native()
+        native = hashing.native()
         self._hash: Callable[[bytes, int, int, bool], list[int]] = (
             native[0] if native is not None else _python_hash
         )
         """``block_hashes(ids, block_size, parent, partial)``: the C function itself when
         built (it reads packed ids in place)."""
         self._common: Callable[[bytes, bytes], int] = (
-            native[1] if native is not None else fast_chain.common_prefix
+            native[1] if native is not None else hashing.common_prefix
         )
 
     def _one(self, ids: bytes) -> tuple[list[int], bytes]:
@@ -148,7 +139,7 @@ class PrefixHasher:
         block, memo = self.block_size_tokens, self._memo
         min_tokens = MIN_CHECKPOINT_BLOCKS * block
         if all(ids.shape[0] < min_tokens for ids in token_ids):
-            chained = _chained(token_ids, [DEFAULT_SEED] * len(token_ids), block)
+            chained = batch_block_hashes(token_ids, block)
             return [(h, orjson.dumps(h)) for h in chained]
         known: list[tuple[list[int], bytes]] = []
         for ids in token_ids:
@@ -169,7 +160,7 @@ class PrefixHasher:
         parents = [k[0][-1] if k[0] else DEFAULT_SEED for k in known]
         out: list[tuple[list[int], bytes]] = []
         for ids, (k, k_json), h in zip(
-            token_ids, known, _chained(rests, parents, block), strict=True
+            token_ids, known, batch_block_hashes(rests, block, parents), strict=True
         ):
             if not k:
                 hashes, rendered = h, orjson.dumps(h)
@@ -196,7 +187,7 @@ _NONE_KNOWN: tuple[list[int], bytes] = ([], b"")
 
 
 def _python_hash(ids: bytes, block_size_tokens: int, parent: int, partial: bool) -> list[int]:
-    return fast_chain.block_hashes(ids, block_size_tokens, parent, partial=partial)
+    return hashing.block_hashes(ids, block_size_tokens, parent, partial=partial)
 
 
 def packed(ids: TokenIds | bytes) -> bytes:
@@ -220,96 +211,6 @@ class _Lead:
         self.shared_json = b""
 
 
-def batch_block_hashes(token_ids: Sequence[TokenIds], block_size_tokens: int) -> list[list[int]]:
-    """:func:`~kvroute.trace.writer.prompt_block_hashes` of each prompt, vectorised
-    over the batch (no memo)."""
-    return _chained(token_ids, [DEFAULT_SEED] * len(token_ids), block_size_tokens)
-
-
 def _checkpoint(num_full_blocks: int) -> int:
     """The largest power of two not above ``num_full_blocks`` (0 for none)."""
     return 1 << (num_full_blocks.bit_length() - 1) if num_full_blocks else 0
-
-
-def _chained(
-    token_ids: Sequence[TokenIds], parents: Sequence[int], block_size_tokens: int
-) -> list[list[int]]:
-    """Block hashes of each token sequence, its chain continuing from its parent's hash:
-    all full blocks in one pass, moved onto their parents, then the partial last blocks
-    grouped by length, each chained to its parent as ``h = parent * P + content``."""
-    if not token_ids:
-        return []
-    lengths = np.array([ids.shape[0] for ids in token_ids], dtype=np.int64)
-    offsets = np.zeros(len(token_ids) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    tokens = np.concatenate(token_ids)
-    full, block_offsets = chain_hashes_batch(tokens, offsets, block_size_tokens, DEFAULT_SEED)
-    num_full = np.diff(block_offsets)
-    seeds = np.array(parents, dtype=np.uint64)
-    shift = seeds - np.uint64(DEFAULT_SEED)  # wraps modulo 2**64
-    if shift.any() and full.shape[0]:
-        local = np.arange(full.shape[0], dtype=np.int64) - np.repeat(block_offsets[:-1], num_full)
-        full += np.repeat(shift, num_full) * _multiplier_powers(int(num_full.max()))[local]
-    tail_lens = lengths - num_full * block_size_tokens
-    has_full = num_full > 0
-    seeds[has_full] = full[block_offsets[1:][has_full] - 1]
-    tails = np.zeros(len(token_ids), dtype=np.uint64)
-    rows = np.flatnonzero(tail_lens > 0)
-    if rows.shape[0]:
-        tails[rows] = _chain_step(
-            seeds[rows], _tail_contents(tokens, offsets[1:][rows], tail_lens[rows])
-        )
-    # Python ints in one conversion each, then sliced per prompt.
-    full_list: list[int] = full.tolist()
-    tail_list: list[int] = tails.tolist()
-    bounds: list[int] = block_offsets.tolist()
-    out: list[list[int]] = []
-    for i, tail_len in enumerate(tail_lens.tolist()):
-        hashes = full_list[bounds[i] : bounds[i + 1]]
-        if tail_len:
-            hashes.append(tail_list[i])
-        out.append(hashes)
-    return out
-
-
-def _tail_contents(
-    tokens: npt.NDArray[np.uint32], ends: npt.NDArray[np.int64], tail_lens: npt.NDArray[np.int64]
-) -> npt.NDArray[np.uint64]:
-    """:func:`~kvroute.trace.hashing.block_contents` of each partial block
-    ``tokens[end - len:end]``, all lengths in one pass: a block's position weights do
-    not depend on its length, so the blocks are laid in one zero-padded matrix (a zero
-    token adds nothing to the weighted sum) and each row gets its own length term."""
-    width = int(tail_lens.max())
-    positions = np.arange(width, dtype=np.int64)
-    inside = positions < tail_lens[:, None]
-    idx = np.where(inside, (ends - tail_lens)[:, None] + positions, 0)
-    weighted = np.where(inside, tokens[idx], 0).astype(np.uint64)
-    weighted *= _weights(width)
-    acc = weighted.sum(axis=1, dtype=np.uint64)
-    acc += tail_lens.astype(np.uint64) * _M2  # wraps modulo 2**64, as the length term
-    return _mix(acc)
-
-
-def _chain_step(
-    parents: npt.NDArray[np.uint64], contents: npt.NDArray[np.uint64]
-) -> npt.NDArray[np.uint64]:
-    """``parent * P + content`` per row (modulo 2**64)."""
-    with np.errstate(over="ignore"):
-        out: npt.NDArray[np.uint64] = parents * _multiplier_powers(1)[0] + contents
-    return out
-
-
-@functools.lru_cache(maxsize=32)
-def _powers_table(size: int) -> npt.NDArray[np.uint64]:
-    # The chain's P read off the public extend_chain rather than a private constant.
-    block = np.zeros(1, dtype=np.uint32)
-    p = (extend_chain(1, block) - extend_chain(0, block)) % (1 << 64)
-    out = np.full(size, p, dtype=np.uint64)
-    np.multiply.accumulate(out, out=out)  # P**1 .. P**size, wrapping
-    out.setflags(write=False)
-    return out
-
-
-def _multiplier_powers(n: int) -> npt.NDArray[np.uint64]:
-    """``P**(k + 1)`` for ``k < n`` (a slice of a table grown in powers of two)."""
-    return _powers_table(max(64, 1 << (n - 1).bit_length()))[:n]

@@ -33,7 +33,6 @@ _DEPENDS = (
     "trace/tokenizer.py",
     "trace/pretokenize.py",
     "trace/hashing.py",
-    "trace/fast_chain.py",
     "trace/records.py",
     "trace/formats/base.py",
     "trace/formats/openai_log.py",

@@ -10,7 +10,7 @@
  *
  * hashing.py's constants, restated here; tests/trace/test_chainhash.py checks both
  * against each other on random prompts. Built by scripts/build-native; kvroute falls
- * back to numpy when the build is missing or stale (kvroute/trace/fast_chain.py).
+ * back to numpy when the build is missing or stale (kvroute/trace/hashing.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -19,17 +19,29 @@ collisions of plain polynomial hashing (Thue-Morse strings) out of reach.
 
 Only full blocks are hashed (what vLLM caches); per-token prefix hashes are the
 ``block_size_tokens=1`` case and give exact token-level prefix matching.
+
+This module is kvroute's one block hash: one key scheme, whatever the block size (a
+block's key is always ``chain_hashes(ids, block_size_tokens)``, never a sample of the
+per-token chain), and every entry point here. The batch functions are numpy, fast over
+a trace's many prompts; :func:`block_hashes` hashes one prompt with ``chainhash.c``
+when its build is current (:mod:`kvroute.trace.native_c`) and numpy otherwise, and
+:class:`ChainExtender` extends a per-token chain over a prompt's new tail with few numpy
+calls (the gateway's router, per session).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from kvroute.types import BlockHashes
+from kvroute.trace import native_c
+from kvroute.types import BlockHashes, TokenIds
 
 HASH_SCHEME = "kvroute-chain-v1"
 DEFAULT_SEED = 0x6B76726F75746531  # "kvroute1"
@@ -236,3 +248,254 @@ def keyed_hashes(hashes: BlockHashes, key: bytes) -> BlockHashes:
         digest = hashlib.blake2b(raw[8 * i : 8 * i + 8], digest_size=8, key=key).digest()
         out[i] = int.from_bytes(digest, "little")
     return out
+
+
+# -- one prompt: C when built -----------------------------------------------------
+
+_MODULE = native_c.load("chainhash")
+_NATIVE: Callable[[Any, int, int, bool], list[int]] | None = (
+    None if _MODULE is None else _MODULE.block_hashes
+)
+
+
+def active() -> bool:
+    """Whether :func:`block_hashes` runs the compiled copy in this process."""
+    return _NATIVE is not None
+
+
+def block_hashes(
+    tokens: npt.NDArray[np.integer] | bytes,
+    block_size_tokens: int,
+    parent: int = DEFAULT_SEED,
+    *,
+    partial: bool = True,
+) -> list[int]:
+    """The chained hashes of ``tokens``' full blocks, continuing from ``parent`` (the
+    seed, for a whole prompt), then with ``partial`` the partial last block's: what
+    :func:`~kvroute.trace.writer.prompt_block_hashes` gives, as Python ints. ``tokens``
+    is an array of integers, or ``bytes`` of packed native uint32 (read in place)."""
+    if _NATIVE is not None:
+        try:
+            return _NATIVE(tokens, block_size_tokens, parent, partial)
+        except (BufferError, ValueError):  # a strided view: hash a contiguous copy (a bad
+            # block size, or bytes that are not whole ids, raise again)
+            if isinstance(tokens, bytes):
+                raise
+            return _NATIVE(np.ascontiguousarray(tokens), block_size_tokens, parent, partial)
+    return numpy_block_hashes(tokens, block_size_tokens, parent, partial=partial)
+
+
+def numpy_block_hashes(
+    tokens: npt.NDArray[np.integer] | bytes,
+    block_size_tokens: int,
+    parent: int = DEFAULT_SEED,
+    *,
+    partial: bool = True,
+) -> list[int]:
+    """:func:`block_hashes` with numpy (the fallback, and the tests' reference)."""
+    tokens = as_array(tokens)
+    out: list[int] = chain_hashes(tokens, block_size_tokens, parent).tolist()
+    tail = tokens[len(out) * block_size_tokens :]
+    if partial and tail.shape[0]:
+        out.append(extend_chain(out[-1] if out else parent, tail))
+    return out
+
+
+_COMMON = None if _MODULE is None else _MODULE.common_prefix
+
+
+def native() -> tuple[Callable[[Any, int, int, bool], list[int]], Callable[[Any, Any], int]] | None:
+    """The C ``block_hashes(tokens, block_size, parent, partial)`` and
+    ``common_prefix(a, b)`` themselves, for callers that pass contiguous arrays and
+    want no Python frame around each call (about 1 µs of a capture record's ~20);
+    None when the C build is not loaded."""
+    if _NATIVE is None or _COMMON is None:
+        return None
+    return _NATIVE, _COMMON
+
+
+def common_prefix(a: npt.NDArray[np.integer] | bytes, b: npt.NDArray[np.integer] | bytes) -> int:
+    """How many leading tokens ``a`` and ``b`` (contiguous, one item size; ``bytes``
+    are packed uint32) share."""
+    if _COMMON is not None:
+        found: int = _COMMON(a, b)
+        return found
+    a, b = as_array(a), as_array(b)
+    n = min(a.shape[0], b.shape[0])
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if differ.shape[0] else n
+
+
+def as_array(tokens: npt.NDArray[np.integer] | bytes) -> npt.NDArray[np.integer]:
+    """``tokens`` as an array: ``bytes`` are read as packed native uint32."""
+    if isinstance(tokens, bytes):
+        return np.frombuffer(tokens, dtype=np.uint32)
+    return np.asarray(tokens)
+
+
+# -- a per-token chain, extended turn by turn -----------------------------------------
+
+_MASK = (1 << 64) - 1
+_P_INT = int(_P)
+_TABLE_MAX_TOKENS = 1 << 20
+"""Token ids below this get their content hash from the table (8 MiB at most)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """Chained hashes of a prompt's tokens: ``buffer[:num_keys]``.
+
+    The buffer may have room after them, where the hashes of a longer prompt that
+    extends this one are written (never over the first ``num_keys``, which arrays
+    handed out before may share).
+    """
+
+    buffer: U64
+    num_keys: int
+
+    @property
+    def keys(self) -> U64:
+        return self.buffer[: self.num_keys]
+
+
+class ChainExtender:
+    """Extends per-token chained hashes over a prompt's new tail, with few numpy calls.
+
+    Holds the powers of the chain multiplier (and of its inverse) and the content hash
+    of every token id up to the largest seen, as arrays grown on demand.
+    """
+
+    def __init__(self) -> None:
+        self._powers = _powers(_P, 1024)
+        self._inverse_powers = _powers(_P_INV, 1024)
+        self._token_contents = block_contents(np.arange(1 << 16, dtype=np.uint64), 1)
+
+    def extend(self, token_ids: TokenIds, known: Chain | None, *, room: bool = False) -> Chain:
+        """The chain of ``token_ids``, where ``known`` (when given) is the chain of a
+        prefix of them: only the tokens after it are hashed, into its buffer when it has
+        room (else a new one, with room for later turns when ``room``)."""
+        num_known = 0 if known is None else known.num_keys
+        total = int(token_ids.shape[0])
+        if known is not None and known.buffer.shape[0] >= total:
+            buffer = known.buffer
+        else:
+            buffer = np.empty(total + (total // 4 + 64 if room else 0), dtype=np.uint64)
+            if known is not None:
+                buffer[:num_known] = known.keys
+        if total > num_known:
+            seed = int(buffer[num_known - 1]) if num_known else DEFAULT_SEED
+            self._chain(self._contents(token_ids[num_known:]), seed, buffer[num_known:total])
+        return Chain(buffer, total)
+
+    def _contents(self, tokens: TokenIds) -> U64:
+        """``block_contents(tokens, 1)``, from the table of each token's."""
+        try:
+            return self._token_contents[tokens]  # an id past the table raises
+        except IndexError:
+            top = int(tokens.max())
+        if top >= _TABLE_MAX_TOKENS:
+            return block_contents(tokens, 1)
+        size = 1 << top.bit_length()
+        table = self._token_contents = block_contents(np.arange(size, dtype=np.uint64), 1)
+        return table[tokens]
+
+    def _chain(self, contents: U64, seed: int, out: U64) -> None:
+        """The chain over ``contents`` from a parent hash ``seed``, into ``out``:
+        hashing's single-prompt ``chain_contents``, with the power tables at hand."""
+        n = contents.shape[0]
+        if n > self._powers.shape[0]:
+            size = 1 << (n - 1).bit_length()
+            self._powers, self._inverse_powers = _powers(_P, size), _powers(_P_INV, size)
+        # h[g] = P**g * (P * seed + sum_{j<=g} contents[j] * P**-j), all modulo 2**64;
+        # P * seed joins the first term, so the running sum carries it to every g.
+        np.multiply(contents, self._inverse_powers[:n], out=out)
+        out[0] = (int(out[0]) + seed * _P_INT) & _MASK
+        np.add.accumulate(out, out=out)
+        out *= self._powers[:n]
+
+
+# -- many prompts, each from its own parent ------------------------------------------
+
+
+def batch_block_hashes(
+    token_ids: Sequence[TokenIds], block_size_tokens: int, parents: Sequence[int] | None = None
+) -> list[list[int]]:
+    """:func:`block_hashes` of each token sequence (partial last block included), its
+    chain continuing from its parent's hash (``DEFAULT_SEED`` for a whole prompt),
+    vectorised over the batch: all full blocks in one pass, moved onto their parents, then the partial last blocks
+    grouped by length, each chained to its parent as ``h = parent * P + content``."""
+    if not token_ids:
+        return []
+    if parents is None:
+        parents = [DEFAULT_SEED] * len(token_ids)
+    lengths = np.array([ids.shape[0] for ids in token_ids], dtype=np.int64)
+    offsets = np.zeros(len(token_ids) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.concatenate(token_ids)
+    full, block_offsets = chain_hashes_batch(tokens, offsets, block_size_tokens, DEFAULT_SEED)
+    num_full = np.diff(block_offsets)
+    seeds = np.array(parents, dtype=np.uint64)
+    shift = seeds - np.uint64(DEFAULT_SEED)  # wraps modulo 2**64
+    if shift.any() and full.shape[0]:
+        local = np.arange(full.shape[0], dtype=np.int64) - np.repeat(block_offsets[:-1], num_full)
+        full += np.repeat(shift, num_full) * _multiplier_powers(int(num_full.max()))[local]
+    tail_lens = lengths - num_full * block_size_tokens
+    has_full = num_full > 0
+    seeds[has_full] = full[block_offsets[1:][has_full] - 1]
+    tails = np.zeros(len(token_ids), dtype=np.uint64)
+    rows = np.flatnonzero(tail_lens > 0)
+    if rows.shape[0]:
+        tails[rows] = _chain_step(
+            seeds[rows], _tail_contents(tokens, offsets[1:][rows], tail_lens[rows])
+        )
+    # Python ints in one conversion each, then sliced per prompt.
+    full_list: list[int] = full.tolist()
+    tail_list: list[int] = tails.tolist()
+    bounds: list[int] = block_offsets.tolist()
+    out: list[list[int]] = []
+    for i, tail_len in enumerate(tail_lens.tolist()):
+        hashes = full_list[bounds[i] : bounds[i + 1]]
+        if tail_len:
+            hashes.append(tail_list[i])
+        out.append(hashes)
+    return out
+
+
+def _tail_contents(
+    tokens: npt.NDArray[np.uint32], ends: npt.NDArray[np.int64], tail_lens: npt.NDArray[np.int64]
+) -> npt.NDArray[np.uint64]:
+    """:func:`block_contents` of each partial block
+    ``tokens[end - len:end]``, all lengths in one pass: a block's position weights do
+    not depend on its length, so the blocks are laid in one zero-padded matrix (a zero
+    token adds nothing to the weighted sum) and each row gets its own length term."""
+    width = int(tail_lens.max())
+    positions = np.arange(width, dtype=np.int64)
+    inside = positions < tail_lens[:, None]
+    idx = np.where(inside, (ends - tail_lens)[:, None] + positions, 0)
+    weighted = np.where(inside, tokens[idx], 0).astype(np.uint64)
+    weighted *= _weights(width)
+    acc = weighted.sum(axis=1, dtype=np.uint64)
+    acc += tail_lens.astype(np.uint64) * _M2  # wraps modulo 2**64, as the length term
+    return _mix(acc)
+
+
+def _chain_step(
+    parents: npt.NDArray[np.uint64], contents: npt.NDArray[np.uint64]
+) -> npt.NDArray[np.uint64]:
+    """``parent * P + content`` per row (modulo 2**64)."""
+    with np.errstate(over="ignore"):
+        out: npt.NDArray[np.uint64] = parents * _multiplier_powers(1)[0] + contents
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _powers_table(size: int) -> npt.NDArray[np.uint64]:
+    out = np.full(size, _P, dtype=np.uint64)
+    np.multiply.accumulate(out, out=out)  # P**1 .. P**size, wrapping
+    out.setflags(write=False)
+    return out
+
+
+def _multiplier_powers(n: int) -> npt.NDArray[np.uint64]:
+    """``P**(k + 1)`` for ``k < n`` (a slice of a table grown in powers of two)."""
+    return _powers_table(max(64, 1 << (n - 1).bit_length()))[:n]

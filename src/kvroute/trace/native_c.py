@@ -4,7 +4,7 @@ The gateway tokenizes and hashes one request's prompt at a time, where Python's 
 numpy's) per-call costs are most of the work. Two hot loops are also written in C,
 beside the Python that defines them:
 
-- ``chainhash.c``: one prompt's chained block hashes (:mod:`kvroute.trace.fast_chain`);
+- ``chainhash.c``: one prompt's chained block hashes (:func:`kvroute.trace.hashing.block_hashes`);
 - ``asciiwords.c``: the chunk memo of
   :class:`~kvroute.trace.pretokenize.AsciiWordEncoder`.
 

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvroute.trace import fast_chain, native_c
+from kvroute.trace import hashing, native_c
 from kvroute.trace.hashing import DEFAULT_SEED
 from kvroute.trace.writer import prompt_block_hashes
 
 needs_build = pytest.mark.skipif(
-    not fast_chain.active(), reason=f"chainhash.c: {native_c.status()[1]}"
+    not hashing.active(), reason=f"chainhash.c: {native_c.status()[1]}"
 )
 
 DTYPES = [np.uint32, np.int64, np.uint64, np.int32, np.uint16, np.uint8, np.int8]
@@ -35,12 +35,12 @@ def test_c_matches_the_trace_writer(
 ) -> None:
     ids = np.array(tokens, dtype=dtype)
     expected = prompt_block_hashes(ids, block_size).tolist()
-    assert fast_chain.block_hashes(ids, block_size) == expected
-    assert fast_chain.numpy_block_hashes(ids, block_size) == expected
+    assert hashing.block_hashes(ids, block_size) == expected
+    assert hashing.numpy_block_hashes(ids, block_size) == expected
     full = len(tokens) // block_size
-    assert fast_chain.block_hashes(ids, block_size, partial=False) == expected[:full]
+    assert hashing.block_hashes(ids, block_size, partial=False) == expected[:full]
     # From a parent: the same as the numpy chain from that seed.
-    assert fast_chain.block_hashes(ids, block_size, parent) == fast_chain.numpy_block_hashes(
+    assert hashing.block_hashes(ids, block_size, parent) == hashing.numpy_block_hashes(
         ids, block_size, parent
     )
 
@@ -51,11 +51,11 @@ def test_c_matches_on_real_sized_prompts_and_large_ids() -> None:
     for n in (0, 1, 15, 16, 17, 4096, 10_001):
         ids = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
         for block_size in (1, 16, 256):
-            assert fast_chain.block_hashes(ids, block_size) == (
+            assert hashing.block_hashes(ids, block_size) == (
                 prompt_block_hashes(ids, block_size).tolist()
             )
     negative = np.array([-1, -(2**40), 5], dtype=np.int64)  # wraps like astype(uint64)
-    assert fast_chain.block_hashes(negative, 2) == prompt_block_hashes(negative, 2).tolist()
+    assert hashing.block_hashes(negative, 2) == prompt_block_hashes(negative, 2).tolist()
 
 
 @settings(max_examples=200, deadline=None)
@@ -70,12 +70,12 @@ def test_packed_bytes_hash_as_their_uint32_ids(
     """``bytes`` are token ids packed as native uint32 (how the gateway joins a prompt's
     pieces), in C and in the numpy fallback alike."""
     ids = np.array(tokens, dtype=np.uint32)
-    expected = fast_chain.numpy_block_hashes(ids, block_size, parent)
-    assert fast_chain.block_hashes(ids.tobytes(), block_size, parent) == expected
-    assert fast_chain.numpy_block_hashes(ids.tobytes(), block_size, parent) == expected
-    if fast_chain.active():
-        assert fast_chain.native() is not None
-        block_hashes = fast_chain.native()[0]  # type: ignore[index]
+    expected = hashing.numpy_block_hashes(ids, block_size, parent)
+    assert hashing.block_hashes(ids.tobytes(), block_size, parent) == expected
+    assert hashing.numpy_block_hashes(ids.tobytes(), block_size, parent) == expected
+    if hashing.active():
+        assert hashing.native() is not None
+        block_hashes = hashing.native()[0]  # type: ignore[index]
         assert (
             block_hashes(ids.tobytes(), block_size, parent, False)
             == expected[: len(tokens) // block_size]
@@ -85,8 +85,8 @@ def test_packed_bytes_hash_as_their_uint32_ids(
 @needs_build
 def test_c_refuses_packed_bytes_that_are_not_whole_ids() -> None:
     for call in (
-        lambda: fast_chain.block_hashes(b"\x01\x00\x00\x00\x02", 2),
-        lambda: fast_chain.common_prefix(b"\x01\x00\x00", b"\x01\x00\x00\x00"),
+        lambda: hashing.block_hashes(b"\x01\x00\x00\x00\x02", 2),
+        lambda: hashing.common_prefix(b"\x01\x00\x00", b"\x01\x00\x00\x00"),
     ):
         with pytest.raises(ValueError, match="multiple of 4 bytes"):
             call()
@@ -95,14 +95,14 @@ def test_c_refuses_packed_bytes_that_are_not_whole_ids() -> None:
 @needs_build
 def test_c_rejects_what_is_not_a_row_of_integers() -> None:
     with pytest.raises(TypeError, match="1-D buffer of integers"):
-        fast_chain.block_hashes(np.zeros(4, dtype=np.float64), 2)
+        hashing.block_hashes(np.zeros(4, dtype=np.float64), 2)
     with pytest.raises(TypeError, match="1-D buffer of integers"):
-        fast_chain.block_hashes(np.zeros((2, 2), dtype=np.uint32), 2)
+        hashing.block_hashes(np.zeros((2, 2), dtype=np.uint32), 2)
     with pytest.raises(ValueError, match="block_size"):
-        fast_chain.block_hashes(np.zeros(4, dtype=np.uint32), 0)
+        hashing.block_hashes(np.zeros(4, dtype=np.uint32), 0)
     # A strided view is copied, not refused.
     ids = np.arange(40, dtype=np.uint32)
-    assert fast_chain.block_hashes(ids[::2], 4) == prompt_block_hashes(ids[::2], 4).tolist()
+    assert hashing.block_hashes(ids[::2], 4) == prompt_block_hashes(ids[::2], 4).tolist()
 
 
 def test_a_stale_or_disabled_build_is_not_used(
@@ -130,20 +130,20 @@ def test_a_current_build_is_loaded() -> None:
     usable, why = native_c.status()
     if not usable:
         pytest.skip(f"C modules: {why}")
-    assert fast_chain.active()
+    assert hashing.active()
     assert all(native_c.load(name) is not None for name in native_c.MODULES)
 
 
 def test_the_numpy_fallback_chains_from_a_parent() -> None:
     ids = np.arange(37, dtype=np.uint32)
-    whole = fast_chain.numpy_block_hashes(ids, 8)
+    whole = hashing.numpy_block_hashes(ids, 8)
     # The chain is a prefix function: hashing the rest from the 2nd block's hash
     # continues the same chain.
-    rest = fast_chain.numpy_block_hashes(ids[16:], 8, whole[1])
+    rest = hashing.numpy_block_hashes(ids[16:], 8, whole[1])
     assert rest == whole[2:]
-    assert fast_chain.numpy_block_hashes(ids[:0], 8) == []
-    assert fast_chain.numpy_block_hashes(ids[:3], 8, partial=False) == []
-    assert fast_chain.numpy_block_hashes(ids[:3], 8)[0] != DEFAULT_SEED
+    assert hashing.numpy_block_hashes(ids[:0], 8) == []
+    assert hashing.numpy_block_hashes(ids[:3], 8, partial=False) == []
+    assert hashing.numpy_block_hashes(ids[:3], 8)[0] != DEFAULT_SEED
 
 
 @settings(max_examples=200, deadline=None)
@@ -157,12 +157,12 @@ def test_common_prefix_counts_equal_leading_tokens(a: list[int], b: list[int], d
     while expected < min(len(a), len(b)) and a[expected] == b[expected]:
         expected += 1
     x, y = np.array(a, dtype=dtype), np.array(b, dtype=dtype)
-    assert fast_chain.common_prefix(x, y) == expected
-    assert fast_chain.common_prefix(y, x) == expected
+    assert hashing.common_prefix(x, y) == expected
+    assert hashing.common_prefix(y, x) == expected
     # Packed uint32 bytes, with each other or with a uint32 array.
     px, py = np.array(a, dtype=np.uint32), np.array(b, dtype=np.uint32)
-    assert fast_chain.common_prefix(px.tobytes(), py.tobytes()) == expected
-    assert fast_chain.common_prefix(px.tobytes(), py) == expected
+    assert hashing.common_prefix(px.tobytes(), py.tobytes()) == expected
+    assert hashing.common_prefix(px.tobytes(), py) == expected
 
 
 @pytest.mark.parametrize("at", [0, 1, 255, 256, 257, 511, 1000, 2047, None])
@@ -174,5 +174,5 @@ def test_common_prefix_finds_a_difference_anywhere_in_a_long_prompt(at: int | No
     if at is not None:
         b[at] += 1
     expected = 2048 if at is None else at
-    assert fast_chain.common_prefix(a, b) == expected
-    assert fast_chain.common_prefix(b[:1500], a) == min(expected, 1500)
+    assert hashing.common_prefix(a, b) == expected
+    assert hashing.common_prefix(b[:1500], a) == min(expected, 1500)
