@@ -26,6 +26,14 @@ class Distribution:
     cdf_y: list[float]
 
 
+def percentile(values: npt.ArrayLike, q: float) -> float | None:
+    """The ``q`` quantile (0 to 1) of the finite ``values``, linearly interpolated
+    (numpy's default, the definition :func:`describe` and bench use); None for none."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return float(np.percentile(v, 100 * q)) if v.size else None
+
+
 def describe(
     values: npt.ArrayLike, *, bins: FloatArray | None = None, log_bins: bool = False
 ) -> Distribution:

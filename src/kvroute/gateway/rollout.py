@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from kvroute.gateway.prometheus import Counter, Gauge, Histogram, Metric, render
 from kvroute.gateway.rollout_config import StickyBy
 from kvroute.gateway.routing import Route, candidates
 from kvroute.gateway.types import RequestContext
+from kvroute.stats import percentile
 
 LATENCY_WINDOW = 4096
 """Latency samples kept per side for the percentiles of the comparison view."""
@@ -379,14 +379,6 @@ class RolloutStats:
                 }
             out.append(entry)
         return {"routes": out, "shadow_in_flight": self.num_shadow_in_flight}
-
-
-def percentile(values: Iterable[float], q: float) -> float | None:
-    """Nearest-rank percentile; None for no values."""
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    return ordered[min(len(ordered), max(1, math.ceil(q * len(ordered)))) - 1]
 
 
 def _ms(seconds: float | None) -> float | None:
