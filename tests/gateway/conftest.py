@@ -37,3 +37,12 @@ def fake2(loop_thread: LoopThread) -> Iterator[FakeUpstream]:
         yield upstream
     finally:
         loop_thread.run(upstream.stop())
+
+
+@pytest.fixture(autouse=True)
+def _trace_key_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Capture keys its hashes with the trace key file under $XDG_CONFIG_HOME (made on
+    first use): one per test session, never the user's own."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.getbasetemp() / "config"))

@@ -36,6 +36,7 @@ from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.trace.formats.base import ReadOptions, RecordError
 from kvroute.trace.formats.openai_log import OpenAILogFormat, structured_output_kind
 from kvroute.trace.hashing import chain_hashes
+from kvroute.trace.keys import default_key_file, load_or_create_key
 from kvroute.trace.readers import read_trace
 from kvroute.trace.records import BlockPrompt, StructuredOutput
 from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
@@ -317,19 +318,24 @@ def run_worker(
     on_records: Callable[[list[dict[str, Any]]], None],
 ) -> list[dict[str, Any]]:
     """Queue ``events``, run the worker until it drains, check that the file holds each
-    record as :func:`capture_records` makes it, in order; return those records."""
+    record as :func:`capture_records` makes it with the trace key, in order; return
+    the records with the gateway's own (unkeyed) hashes, what the window is handed."""
     capture = TraceCapture(CaptureConfig(directory=str(tmp_path)), load=lambda _: tokenizer)
     capture.on_records = on_records
     for ev in events:
         capture.submit(ev)
     capture.start()
     capture.close()
-    expected = capture_records(
-        events, PromptTokens(tokenizer), block_size_tokens=16, include_text=False
+    key, _ = load_or_create_key(default_key_file())
+    written = capture_records(
+        events, PromptTokens(tokenizer), block_size_tokens=16, include_text=False, key=key
     )
     lines = captured_files(tmp_path)[0].read_bytes().splitlines()[1:]
-    assert lines == [orjson.dumps(r) for r in expected]
-    return expected
+    assert lines == [orjson.dumps(r) for r in written]
+    plain = capture_records(
+        events, PromptTokens(tokenizer), block_size_tokens=16, include_text=False
+    )
+    return [r for r in plain if not isinstance(r, Exception)]
 
 
 @pytest.mark.parametrize("max_handover", [512, 10])

@@ -10,8 +10,6 @@ two exports compare only when both were made with the same key.
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Iterator
 from itertools import chain
 from pathlib import Path
@@ -20,48 +18,14 @@ import click
 
 from kvroute.cli.files import check_outputs
 from kvroute.cli.trace_input import open_trace, trace_inputs
-from kvroute.errors import InputError, UsageError
+from kvroute.errors import UsageError
 from kvroute.trace.formats.base import ReadOptions
-from kvroute.trace.hashing import KEY_BYTES, key_id
+from kvroute.trace.hashing import key_id
 from kvroute.trace.io import ReadStats
+from kvroute.trace.keys import default_key_file, load_or_create_key
 from kvroute.trace.readers import detect_format, read_trace, trace_formats
 from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
 from kvroute.trace.writer import Layout, TraceWriter
-
-
-def default_key_file(env: dict[str, str] | None = None) -> Path:
-    """``$XDG_CONFIG_HOME/kvroute/trace.key`` (``~/.config`` when unset)."""
-    env = dict(os.environ) if env is None else env
-    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "kvroute" / "trace.key"
-
-
-def load_or_create_key(path: Path) -> tuple[bytes, bool]:
-    """The key in ``path``, creating the file with a fresh random key when it does not
-    exist (mode 0600). Returns the key and whether it was created. Raises
-    :class:`InputError` naming the file when its content is not a key."""
-    try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_bytes(KEY_BYTES)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(key.hex() + "\n")
-        return key, True
-    except OSError as exc:
-        raise InputError(f"cannot read the key file: {exc.strerror}", path=str(path)) from None
-    try:
-        key = bytes.fromhex(text)
-    except ValueError:
-        key = b""
-    if len(key) < 16:
-        raise InputError(
-            "not a trace key (expected at least 32 hex digits)",
-            path=str(path),
-            hint="delete it to have a new key made, or point --key-file at the right one",
-        )
-    return key, False
 
 
 @click.command("export")

@@ -17,7 +17,10 @@ kvroute trace record (:mod:`kvroute.trace.formats.native`) per request, one writ
      "backend": "llama-1", "cached": 1200, "turn": 3, "messages": 7, "status": 200}
 
 No text is written unless ``include_text`` is set (then ``prompt_text`` holds the
-rendered prompt); session ids are written as a 64-bit BLAKE2b pseudonym. Files rotate
+rendered prompt); session ids are written as a 64-bit BLAKE2b pseudonym. The hashes
+written are keyed with the trace key (:mod:`kvroute.trace.keys`, the key file
+``kvroute export`` uses, made on first use; the header names its id), so a capture
+cannot be tested against a guessed prompt; the traffic window gets the unkeyed ones. Files rotate
 on size or age (capture_files.py). :meth:`TraceCapture.close` drains the queue, so
 nothing accepted is lost on a graceful stop. A full queue drops (and counts) events
 rather than slow the gateway. A failed write (disk full, directory removed) loses its
@@ -40,6 +43,8 @@ from kvroute.errors import InputError
 from kvroute.gateway.capture_files import RotatingTraceFile, check_directory
 from kvroute.gateway.capture_records import CaptureEvent, CaptureRecords
 from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.trace.hashing import key_id
+from kvroute.trace.keys import default_key_file, load_or_create_key
 from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
 
 logger = logging.getLogger("kvroute.gateway.capture")
@@ -72,6 +77,10 @@ class CaptureConfig:
     """How often the worker writes what is queued (and flushes the file): records reach
     the file within about this long. Much shorter costs CPU (bench/RESULTS.md)."""
     file_prefix: str = "capture"
+    key_file: str = ""
+    """The secret key the written hashes are keyed with (``kvroute export``'s key file,
+    created on first use); empty: ``$XDG_CONFIG_HOME/kvroute/trace.key``, the one
+    ``kvroute export`` uses by default."""
 
     @property
     def enabled(self) -> bool:
@@ -118,10 +127,14 @@ class TraceCapture:
         if self._thread is not None:
             return
         check_capture_directory(self.config)
+        key_path = Path(self.config.key_file).expanduser() if self.config.key_file else None
+        key, _ = load_or_create_key(key_path or default_key_file())
+        self.files.key_id = key_id(key)
         self._records = CaptureRecords(
             PromptTokens(self._load(self.config.tokenizer or None)),
             block_size_tokens=self.config.block_size_tokens,
             include_text=self.config.include_text,
+            key=key,
         )
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="kvroute-capture", daemon=True)

@@ -13,7 +13,7 @@ from typing import IO, TYPE_CHECKING
 import orjson
 
 from kvroute.trace.formats.native import HEADER_KEY, SCHEMA_VERSION
-from kvroute.trace.hashing import DEFAULT_SEED, HASH_SCHEME
+from kvroute.trace.hashing import DEFAULT_SEED, HASH_SCHEME, KEYED_HASH_SCHEME
 
 if TYPE_CHECKING:
     from kvroute.gateway.capture import CaptureConfig
@@ -34,6 +34,9 @@ class RotatingTraceFile:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.directory, self.config, self.wall_clock = directory, config, wall_clock
+        self.key_id: str | None = None
+        """The id of the key the hashes are keyed with (set before the first write);
+        None: unkeyed hashes."""
         self.closed_paths: list[Path] = []
         self._file: IO[bytes] | None = None
         self._path: Path | None = None
@@ -100,10 +103,12 @@ class RotatingTraceFile:
         header = {
             HEADER_KEY: SCHEMA_VERSION,
             "block_size": self.config.block_size_tokens,
-            "hash_scheme": HASH_SCHEME,
+            "hash_scheme": HASH_SCHEME if self.key_id is None else KEYED_HASH_SCHEME,
             "seed": DEFAULT_SEED,
             "source": "kvroute serve capture",
         }
+        if self.key_id is not None:
+            header["key_id"] = self.key_id
         file.write(orjson.dumps(header) + b"\n")
 
 

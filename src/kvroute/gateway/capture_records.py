@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
 import orjson
 
 from kvroute.errors import KvrouteError
@@ -38,6 +39,7 @@ from kvroute.gateway.capture_hashes import PrefixHasher, packed
 from kvroute.gateway.prompt_tokens import PromptTokens
 from kvroute.gateway.types import Request
 from kvroute.trace.formats.base import RecordError
+from kvroute.trace.hashing import keyed_hashes
 from kvroute.types import TokenIds
 
 
@@ -113,10 +115,16 @@ class CaptureRecords:
         *,
         block_size_tokens: int,
         include_text: bool,
+        key: bytes | None = None,
         max_bodies: int = 4096,
         max_memo_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         self.prompts = prompts
+        self.key = key
+        """The trace key: the hashes written go through
+        :func:`~kvroute.trace.hashing.keyed_hashes` with it (None: written as they are)."""
+        self._keyed: dict[int, int] = {}
+        """Hash -> its keyed value, for prefixes seen again (bounded)."""
         self.block_size_tokens = block_size_tokens
         self.include_text = include_text
         self.max_bodies = max_bodies
@@ -138,8 +146,9 @@ class CaptureRecords:
         """Each event's JSON line (no line end), or why it has none (a body the trace
         cannot hold: :class:`RecordError`; a prompt that cannot be tokenized:
         :class:`KvrouteError`); and, when ``observed``, the records of the events
-        marked ``observe``. Records share the memo's lists: read them, never change
-        them."""
+        marked ``observe``, with the gateway's own (unkeyed) hashes, the keys the
+        traffic window compares with its routes'. Records share the memo's lists: read
+        them, never change them."""
         parts = self._body_parts(events)
         lines: list[bytes | Exception] = []
         records: list[dict[str, Any]] = []
@@ -154,12 +163,31 @@ class CaptureRecords:
         return lines, records
 
     def records(self, events: Sequence[CaptureEvent]) -> list[dict[str, Any] | Exception]:
-        """Each event's whole record (as :meth:`render` writes it), or why it has none."""
+        """Each event's whole record as :meth:`render` writes it (hashes keyed when
+        there is a key), or why it has none."""
         parts = self._body_parts(events)
-        return [
-            p if isinstance(p, Exception) else self._event_fields(e) | p.fields
-            for e, p in zip(events, parts, strict=True)
-        ]
+        out: list[dict[str, Any] | Exception] = []
+        for e, p in zip(events, parts, strict=True):
+            if isinstance(p, Exception):
+                out.append(p)
+                continue
+            rec = self._event_fields(e) | p.fields
+            if self.key is not None:
+                rec["hashes"] = self._keyed_hashes(rec["hashes"])
+            out.append(rec)
+        return out
+
+    def _keyed_hashes(self, hashes: list[int]) -> list[int]:
+        """``keyed_hashes(hashes, key)``, from the memo for hashes seen before."""
+        assert self.key is not None
+        memo = self._keyed
+        missing = [h for h in hashes if h not in memo]
+        if missing:
+            if len(memo) + len(missing) > _MAX_KEYED:
+                memo.clear()  # a bound: the prefixes still in use come back
+            made = keyed_hashes(np.array(missing, dtype=np.uint64), self.key).tolist()
+            memo.update(zip(missing, made, strict=True))
+        return [memo[h] for h in hashes]
 
     def _body_parts(self, events: Sequence[CaptureEvent]) -> list[BodyPart | Exception]:
         """Each event's body part, from the memo or made now (new bodies tokenized one
@@ -208,8 +236,9 @@ class CaptureRecords:
             out.append(None)
         hashes = self._hasher.hashes_json([ids for _, _, ids in made])
         parts: list[BodyPart] = []
-        for j, ((key, fields, ids), (h, h_json)) in enumerate(zip(made, hashes, strict=True)):
+        for j, ((key, fields, ids), (h, plain_json)) in enumerate(zip(made, hashes, strict=True)):
             fields["input_len"] = len(ids) >> 2  # 4 bytes an id
+            h_json = plain_json if self.key is None else orjson.dumps(self._keyed_hashes(h))
             # orjson.dumps(fields)[1:] once "hashes" is in, with the hashes' JSON reused
             # (one join: each + copied the hashes' ~1 KB of digits again).
             tail = b"".join((orjson.dumps(fields)[1:-1], b',"hashes":', h_json, b"}"))
@@ -299,10 +328,13 @@ def capture_records(
     *,
     block_size_tokens: int,
     include_text: bool,
+    key: bytes | None = None,
 ) -> list[dict[str, Any] | Exception]:
     """The trace record of each event, or why it has none (see
     :meth:`CaptureRecords.render`), with a memo for this call only."""
-    made = CaptureRecords(prompts, block_size_tokens=block_size_tokens, include_text=include_text)
+    made = CaptureRecords(
+        prompts, block_size_tokens=block_size_tokens, include_text=include_text, key=key
+    )
     return made.records(events)
 
 
@@ -316,6 +348,10 @@ def capture_record(
     if isinstance(rec, Exception):
         raise rec
     return rec
+
+
+_MAX_KEYED = 1 << 18
+"""Keyed hash values remembered (about 30 MB at most)."""
 
 
 def _to_micros(unix_s: float) -> float:
