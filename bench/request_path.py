@@ -1,0 +1,124 @@
+"""Follow one request through the gateway's code: which kvroute modules it enters, in
+order, and how often it comes back to a module it had left.
+
+Starts the gateway in this process over the stub upstream (``gateway_stub.py``), sends
+one warm-up request, then traces the next one with ``sys.setprofile`` from the first
+call of ``Gateway._complete`` to the end of the client's read. Only calls into
+``src/kvroute`` made by the task that runs ``_complete`` count (not other tasks, such
+as health checks, nor the socket callbacks that feed it); consecutive calls within one
+module are one visit. Reported:
+the modules entered (distinct), the visits, and the returns (visits to a module
+already visited before: visits minus modules).
+
+Usage (any tree; run it with that tree's ``src`` first on the path):
+
+    PYTHONPATH=src .venv/bin/python bench/request_path.py [--stream] [--cache-aware] [--show]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gateway_stub import _StubProtocol  # noqa: E402
+
+
+def _module_of(frame: FrameType) -> str | None:
+    path = frame.f_code.co_filename
+    at = path.rfind("/kvroute/")
+    if at < 0 or "/bench/" in path[:at] and "/src/" not in path:
+        return None
+    name = path[at + 1 :].removesuffix(".py").replace("/", ".")
+    return name.removesuffix(".__init__")
+
+
+async def _trace(stream: bool, cache_aware: bool) -> list[str]:
+    from kvroute.gateway.app import Gateway
+    from kvroute.gateway.config import parse_config
+
+    loop = asyncio.get_running_loop()
+    stub = await loop.create_server(lambda: _StubProtocol(16, 0.0), "127.0.0.1", 0)
+    port = stub.sockets[0].getsockname()[1]
+    route = "routes: [{name: r, pool: default, policy: cache_aware}]\n" if cache_aware else ""
+    text = f"backends: [{{name: b1, url: 'http://127.0.0.1:{port}', engine: vllm}}]\n" + route
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "gw.yaml"
+        path.write_text(text)
+        gateway = Gateway(parse_config(text, str(path)), config_path=path)
+        gw_port = await gateway.start("127.0.0.1", 0)
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": "hello there"}],
+            "stream": stream,
+            "max_tokens": 16,
+        }
+        visits: list[str] = []
+        task: asyncio.Task[Any] | None = None
+
+        def profile(frame: FrameType, event: str, arg: Any) -> None:
+            nonlocal task
+            if event != "call":
+                return
+            module = _module_of(frame)
+            if module is None:
+                return
+            try:
+                current = asyncio.current_task()
+            except RuntimeError:
+                return
+            if task is None:
+                if frame.f_code.co_name != "_complete" or module != "kvroute.gateway.app":
+                    return
+                task = current
+            if current is not task:  # other tasks (health checks) and socket callbacks
+                return
+            if not visits or visits[-1] != module:
+                visits.append(module)
+
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw_port}") as client:
+            for attempt in range(2):
+                if attempt == 1:
+                    sys.setprofile(profile)
+                r = await client.post("/v1/chat/completions", json=body)
+                sys.setprofile(None)
+                assert r.status_code == 200, r.text
+        await gateway.stop(0)
+    stub.close()
+    return visits
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stream", action="store_true", help="a streamed request")
+    parser.add_argument("--cache-aware", action="store_true", help="a cache_aware route")
+    parser.add_argument("--show", action="store_true", help="print the visits in order")
+    args = parser.parse_args()
+    visits = asyncio.run(_trace(args.stream, args.cache_aware))
+    if args.show:
+        print("\n".join(visits), file=sys.stderr)
+    modules = sorted(set(visits))
+    print(
+        json.dumps(
+            {
+                "stream": args.stream,
+                "cache_aware": args.cache_aware,
+                "modules": len(modules),
+                "visits": len(visits),
+                "returns": len(visits) - len(modules),
+                "module_names": modules,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
