@@ -29,13 +29,13 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gateway_stub import _StubProtocol  # noqa: E402
+from gateway_stub import _StubProtocol
 
 
 def _module_of(frame: FrameType) -> str | None:
     path = frame.f_code.co_filename
     at = path.rfind("/kvroute/")
-    if at < 0 or "/bench/" in path[:at] and "/src/" not in path:
+    if at < 0 or "/src/kvroute/" not in path:
         return None
     name = path[at + 1 :].removesuffix(".py").replace("/", ".")
     return name.removesuffix(".__init__")
