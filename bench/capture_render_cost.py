@@ -35,9 +35,9 @@ from typing import Any
 import orjson
 
 from gateway_load import _body  # the gateway benches' request bodies
-from kvroute.gateway.capture import RENDER_CHUNK
-from kvroute.gateway.capture_records import CaptureEvent, CaptureRecords
-from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.gateway.capture.records import CaptureEvent, CaptureRecords
+from kvroute.gateway.capture.worker import RENDER_CHUNK
+from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.trace.tokenizer import load_tokenizer
 
 

@@ -28,7 +28,7 @@ def _body(stream: bool = True, system_chars: int = 0, tag: str = "") -> bytes:
 
 
 async def _one(transport: Any, body: bytes) -> tuple[float, float]:
-    from kvroute.gateway.upstream import UpstreamRequest
+    from kvroute.http.client import UpstreamRequest
 
     t0 = time.perf_counter()
     exchange = await transport.send(
@@ -57,7 +57,7 @@ async def _open_loop(
     bodies: list[bytes] | None = None,
 ) -> dict[str, Any]:
     """``bodies``: send ``bodies[i % len(bodies)]`` as the i-th request (else ``body``)."""
-    from kvroute.gateway.upstream import PooledTransport
+    from kvroute.http.client import PooledTransport
 
     targets = {"gateway": PooledTransport(gw_url), "direct": PooledTransport(direct_url)}
     results: dict[str, list[tuple[float, float]]] = {k: [] for k in targets}
@@ -119,7 +119,7 @@ async def _open_loop(
 
 
 async def _closed_loop(url: str, concurrency: int, seconds: float, body: bytes) -> dict[str, Any]:
-    from kvroute.gateway.upstream import PooledTransport
+    from kvroute.http.client import PooledTransport
 
     transport = PooledTransport(url)
     done = 0

@@ -101,7 +101,7 @@ def _exited(proc: Any) -> bool:
 def _wait_ready(url_port: int, proc: Any, timeout_s: float, body: bytes) -> None:
     """The port listens and one streamed chat completion succeeds through it."""
     from gateway_overhead import _one
-    from kvroute.gateway.upstream import PooledTransport
+    from kvroute.http.client import PooledTransport
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

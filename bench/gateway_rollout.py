@@ -56,7 +56,7 @@ def _body(model: str) -> bytes:
 
 
 async def _open_loop(url: str, rate: float, seconds: float) -> dict[str, Any]:
-    from kvroute.gateway.upstream import PooledTransport
+    from kvroute.http.client import PooledTransport
 
     transport = PooledTransport(url)
     bodies = {name: _body(name) for name in ROUTES}

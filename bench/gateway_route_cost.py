@@ -39,12 +39,17 @@ from typing import Any
 
 import httpx
 
-from kvroute.gateway.backends import Backend, adapter_factory, build_backends, pooled_transport
-from kvroute.gateway.cache_routing import CacheRouter
-from kvroute.gateway.config import BackendConfig, BreakerConfig
-from kvroute.gateway.policies.base import PickInput
-from kvroute.gateway.policies.cache_aware import CacheAware
-from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.gateway.backends.backend import (
+    Backend,
+    adapter_factory,
+    build_backends,
+    pooled_transport,
+)
+from kvroute.gateway.cacheview.router import CacheRouter
+from kvroute.gateway.config.gateway import BackendConfig, BreakerConfig
+from kvroute.gateway.prompts.tokens import PromptTokens
+from kvroute.gateway.routing.policies.base import PickInput
+from kvroute.gateway.routing.policies.cache_aware import CacheAware
 from kvroute.trace.tokenizer import load_tokenizer
 
 

@@ -134,7 +134,7 @@ def _run_gateway(config_path: str, cpu: int) -> None:
     import uvloop
 
     from kvroute.gateway.app import Gateway
-    from kvroute.gateway.config import load_config
+    from kvroute.gateway.config.gateway import load_config
     from kvroute.gateway.service import serve_until_signalled
 
     config = load_config(Path(config_path))

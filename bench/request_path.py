@@ -43,7 +43,7 @@ def _module_of(frame: FrameType) -> str | None:
 
 async def _trace(stream: bool, cache_aware: bool) -> list[str]:
     from kvroute.gateway.app import Gateway
-    from kvroute.gateway.config import parse_config
+    from kvroute.gateway.config.gateway import parse_config
 
     loop = asyncio.get_running_loop()
     stub = await loop.create_server(lambda: _StubProtocol(16, 0.0), "127.0.0.1", 0)

@@ -3,7 +3,7 @@
 The real benchmark takes minutes per front; this takes seconds, to compare routing
 ideas before confirming them on real engines. Same schedules (``make_requests``), same
 closed loop (8 users, a follow-up turn waits for its previous turn plus its think
-time), the gateway's own routing path (:class:`~kvroute.gateway.cache_routing.CacheRouter`
+time), the gateway's own routing path (:class:`~kvroute.gateway.cacheview.router.CacheRouter`
 predictions, the policy, the chosen view pinned at dispatch and finished at the end),
 and per replica a llama.cpp slot model (:mod:`kvroute.cache.llamacpp`, the engine's
 flags) standing in for the engine: a request waits FIFO for a free slot, takes the slot
@@ -50,12 +50,12 @@ import numpy as np
 
 from kvroute.cache.base import CacheGeometry
 from kvroute.cache.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
-from kvroute.gateway.backends import Backend
-from kvroute.gateway.cache_routing import CacheRouter
-from kvroute.gateway.cache_view import BackendCacheView, CacheViewConfig
-from kvroute.gateway.policies.base import BackendSnapshot, PickInput, Policy
-from kvroute.gateway.policies.registry import policy_registry
-from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.gateway.backends.backend import Backend
+from kvroute.gateway.cacheview.router import CacheRouter
+from kvroute.gateway.cacheview.view import BackendCacheView, CacheViewConfig
+from kvroute.gateway.prompts.tokens import PromptTokens
+from kvroute.gateway.routing.policies.base import BackendSnapshot, PickInput, Policy
+from kvroute.gateway.routing.policies.registry import policy_registry
 from kvroute.trace.hashing import chain_hashes
 from kvroute.trace.tokenizer import load_tokenizer
 from kvroute.types import TokenIds

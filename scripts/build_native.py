@@ -119,13 +119,18 @@ def _run_setup(
     return None
 
 
-def _install(built: list[Path], native_dir: Path, stamp: dict[str, object]) -> None:
-    """Replace ``native_dir`` with the built files and their stamp (written last)."""
+def _install(
+    built: list[Path], native_dir: Path, stamp: dict[str, object], root: Path | None = None
+) -> None:
+    """Replace ``native_dir`` with the built files and their stamp (written last); a
+    file keeps its place below ``root`` (a subpackage's module in its folder)."""
     staging = native_dir.with_name("_native.new")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     for so in built:
-        shutil.copy2(so, staging / so.name)
+        target = staging / (so.relative_to(root) if root is not None else so.name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(so, target)
     stamp = {**stamp, "python": sys.version.split()[0]}
     (staging / STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
     shutil.rmtree(native_dir, ignore_errors=True)
@@ -154,17 +159,19 @@ def _build(native: NativeGroup, *, force: bool) -> int:
             work / "kvroute",
             ignore=shutil.ignore_patterns("_native", "__pycache__"),
         )
-        files = [f"kvroute/{package}/{m}.py" for m in native.compiled]
+        files = [f"kvroute/{package}/{m.replace('.', '/')}.py" for m in native.compiled]
+        root = work / "kvroute" / package
         built = _run_setup(
             work,
             SETUP.format(files=files, group=native.group),
-            lambda: sorted((work / "kvroute" / package).glob("*.so")),
+            lambda: sorted(root.rglob("*.so")),
             len(native.compiled),
             "the build failed (see above); kvroute keeps using the Python sources",
         )
         if built is None:
             return 1
-        _install(built, native.native_dir, {"digest": digest, "modules": list(native.compiled)})
+        stamp: dict[str, object] = {"digest": digest, "modules": list(native.compiled)}
+        _install(built, native.native_dir, stamp, root=root)
     if native.source_digest() != digest:
         print(
             "[build-native] warning: sources changed during the build; it is stale", file=sys.stderr

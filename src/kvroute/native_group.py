@@ -70,10 +70,11 @@ class NativeGroup:
             return False, "stale: the sources changed since the build (run scripts/build-native)"
         return True, "compiled (mypyc)"
 
-    def search_path(self, path: list[str]) -> list[str]:
-        """The package's ``__path__``, with ``_native/`` first when it is current."""
+    def search_path(self, path: list[str], subpackage: str = "") -> list[str]:
+        """The package's (or its ``subpackage``'s) ``__path__``, with ``_native/`` (or
+        ``_native/<subpackage>/``) first when it is current."""
         usable, _ = self.status()
-        return [str(self.native_dir), *path] if usable else path
+        return [str(self.native_dir / subpackage), *path] if usable else path
 
     def active(self) -> bool:
         """Whether the running process uses the compiled modules (the probe module is
@@ -83,11 +84,12 @@ class NativeGroup:
 
 
 def package_files(package: str, names: Sequence[str] | None = None) -> list[Path]:
-    """A package's modules (all of them, or ``names``), as the stamp reads them."""
+    """A package's modules (all of them, or ``names``, dotted below the package), as the
+    stamp reads them."""
     folder = PACKAGE_ROOT / package
     if names is None:
         return sorted(folder.glob("*.py"))
-    return [folder / f"{name}.py" for name in names]
+    return [folder / f"{name.replace('.', '/')}.py" for name in names]
 
 
 def kvroute_files(relative: Sequence[str]) -> list[Path]:

@@ -18,7 +18,7 @@ from typing import IO, Any, TypeVar
 import httpx
 
 from kvroute.gateway.app import Gateway
-from kvroute.gateway.config import GatewayConfig, parse_config
+from kvroute.gateway.config.gateway import GatewayConfig, parse_config
 
 T = TypeVar("T")
 

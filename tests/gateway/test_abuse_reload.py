@@ -14,8 +14,8 @@ from gateway.fake_upstream import FakeUpstream
 from gateway.harness import LoopThread, running_gateway
 from gateway.test_app import CHAT, keyed_config, post
 from kvroute.errors import InputError
-from kvroute.gateway.auth import hash_key
-from kvroute.gateway.config import load_config, parse_config
+from kvroute.gateway.access.auth import hash_key
+from kvroute.gateway.config.gateway import load_config, parse_config
 
 ADMIN = {"authorization": "Bearer sk-admin"}
 

@@ -13,8 +13,8 @@ import pytest
 
 from gateway.fake_upstream import FakeUpstream
 from gateway.harness import LoopThread, running_gateway
-from kvroute.gateway.auth import hash_key
-from kvroute.gateway.config import load_config, parse_config
+from kvroute.gateway.access.auth import hash_key
+from kvroute.gateway.config.gateway import load_config, parse_config
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

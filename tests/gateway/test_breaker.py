@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from kvroute.gateway.breaker import BreakerState, CircuitBreaker
+from kvroute.gateway.backends.breaker import BreakerState, CircuitBreaker
 
 
 def test_opens_after_threshold_then_probes_once() -> None:

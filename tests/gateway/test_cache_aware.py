@@ -20,18 +20,18 @@ from kvroute.bench.workloads.base import GenContext
 from kvroute.bench.workloads.multiturn import MultiturnWorkload
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError
-from kvroute.gateway.cache_routing import CacheRouter
-from kvroute.gateway.cache_view import (
+from kvroute.gateway.cacheview.keys import SessionKeys, extends
+from kvroute.gateway.cacheview.router import CacheRouter
+from kvroute.gateway.cacheview.view import (
     NO_DISPLACEMENT,
     BackendCacheView,
     CacheViewConfig,
     Displacement,
 )
-from kvroute.gateway.config import parse_config
-from kvroute.gateway.policies.base import BackendSnapshot, PickInput
-from kvroute.gateway.policies.cache_aware import CacheAware, cache_aware
-from kvroute.gateway.prompt_keys import SessionKeys, extends
-from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.gateway.config.gateway import parse_config
+from kvroute.gateway.prompts.tokens import PromptTokens
+from kvroute.gateway.routing.policies.base import BackendSnapshot, PickInput
+from kvroute.gateway.routing.policies.cache_aware import CacheAware, cache_aware
 from kvroute.trace.hashing import chain_hashes
 from kvroute.trace.tokenizer import load_tokenizer
 

@@ -28,9 +28,9 @@ from kvroute.cache.llamacpp import LlamaCppConfig
 from kvroute.engines.llamacpp import LlamaCppAdapter
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError
-from kvroute.gateway.cache_view import BackendCacheView, CacheViewConfig
-from kvroute.gateway.config import parse_config
-from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.gateway.cacheview.view import BackendCacheView, CacheViewConfig
+from kvroute.gateway.config.gateway import parse_config
+from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.trace.tokenizer import load_tokenizer
 
 # The fixture's engine: --parallel 4, --ctx-size 4 × 2048, --cache-ram 0.

@@ -21,18 +21,18 @@ from gateway.harness import LoopThread, free_port, running_gateway, serve_subpro
 from kvroute.analyze.run import analyze_requests
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError
-from kvroute.gateway import capture as capture_module
-from kvroute.gateway.capture import CaptureConfig, TraceCapture
-from kvroute.gateway.capture_attrs import _PARSER_KEYS, _PLAIN_KEYS
-from kvroute.gateway.capture_files import RotatingTraceFile
-from kvroute.gateway.capture_records import (
+from kvroute.gateway.capture import worker as capture_module
+from kvroute.gateway.capture.attrs import _PARSER_KEYS, _PLAIN_KEYS
+from kvroute.gateway.capture.files import RotatingTraceFile
+from kvroute.gateway.capture.records import (
     CaptureEvent,
     CaptureRecords,
     capture_record,
     capture_records,
 )
-from kvroute.gateway.config import parse_config
-from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.gateway.capture.worker import CaptureConfig, TraceCapture
+from kvroute.gateway.config.gateway import parse_config
+from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.trace.formats.base import ReadOptions, RecordError
 from kvroute.trace.formats.openai_log import OpenAILogFormat, structured_output_kind
 from kvroute.trace.hashing import chain_hashes

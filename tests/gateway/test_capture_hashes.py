@@ -6,7 +6,7 @@ import numpy as np
 import orjson
 import pytest
 
-from kvroute.gateway.capture_hashes import PrefixHasher
+from kvroute.gateway.capture.hashes import PrefixHasher
 from kvroute.trace import hashing
 from kvroute.trace.hashing import batch_block_hashes
 from kvroute.trace.writer import prompt_block_hashes

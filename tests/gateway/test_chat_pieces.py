@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.trace.pretokenize import WordSplit
 from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from kvroute.gateway.classify import ClassifyOptions, classify
+from kvroute.gateway.routing.classify import ClassifyOptions, classify
 from kvroute.gateway.types import WorkloadClass
 
 OPTS = ClassifyOptions(agent_min_steps=4, long_prefix_min_chars=100)

@@ -9,10 +9,10 @@ from kvroute.cli.main import build_cli
 from kvroute.cli.serve import serve_cmd
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError, UsageError
-from kvroute.gateway.auth import hash_key
-from kvroute.gateway.cache_view import CacheViewConfig
-from kvroute.gateway.config import ListenerConfig
-from kvroute.gateway.zeroconfig import config_from_records
+from kvroute.gateway.access.auth import hash_key
+from kvroute.gateway.cacheview.view import CacheViewConfig
+from kvroute.gateway.config.gateway import ListenerConfig
+from kvroute.gateway.config.zeroconfig import config_from_records
 
 
 def test_hash_key_reads_stdin() -> None:
@@ -71,8 +71,8 @@ def test_zero_config_keeps_one_engine_kind_per_pool_and_their_cache_settings() -
 
 
 def test_the_cache_view_models_vllm_at_its_configured_block_size(tmp_path: Path) -> None:
-    from kvroute.gateway.cache_view import BackendCacheView
-    from kvroute.gateway.config import load_config
+    from kvroute.gateway.cacheview.view import BackendCacheView
+    from kvroute.gateway.config.gateway import load_config
 
     path = tmp_path / "gw.yaml"
     path.write_text(

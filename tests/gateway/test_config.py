@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from kvroute.errors import InputError
-from kvroute.gateway.config import ANY_POOL, parse_config
+from kvroute.gateway.config.gateway import ANY_POOL, parse_config
 from kvroute.gateway.types import WorkloadClass
 
 H = "a" * 64

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from kvroute.gateway.config import parse_config
-from kvroute.gateway.config_diff import config_changes, reload_refusal
+from kvroute.gateway.config.diff import config_changes, reload_refusal
+from kvroute.gateway.config.gateway import parse_config
 
 BASE = """
 backends:

@@ -27,7 +27,7 @@ from kvroute.engines.llamacpp import LlamaCppAdapter
 from kvroute.engines.local import LocalEngines
 from kvroute.engines.process import Lifetime
 from kvroute.engines.state import EngineRecord, StateDir
-from kvroute.gateway.breaker import BreakerState
+from kvroute.gateway.backends.breaker import BreakerState
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp]
 

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
+from kvroute.gateway.access.limits import AdmissionGate, KeyLimiter, TokenBucket, estimate_tokens
 from kvroute.gateway.errors import GatewayError
-from kvroute.gateway.limits import AdmissionGate, KeyLimiter, TokenBucket, estimate_tokens
 
 
 def test_bucket_refills_per_minute() -> None:

@@ -17,7 +17,7 @@ import httpx
 
 from gateway.fake_upstream import FakeUpstream
 from gateway.harness import free_port, serve_subprocess
-from kvroute.gateway.logs import JsonLinesFormatter
+from kvroute.gateway.ops.logs import JsonLinesFormatter
 
 
 def _wait_for(condition: Callable[[], bool], timeout_s: float = 15.0) -> None:

@@ -4,7 +4,7 @@ import json
 import re
 from pathlib import Path
 
-from kvroute.gateway.metrics import GatewayMetrics
+from kvroute.gateway.ops.metrics import GatewayMetrics
 from kvroute.gateway.types import RequestContext, WorkloadClass
 
 DASHBOARD = Path(__file__).parents[2] / "docs" / "grafana-kvroute.json"
@@ -32,7 +32,7 @@ def test_observe_one_stream() -> None:
 
 
 def test_the_dashboard_uses_only_exported_metrics() -> None:
-    from kvroute.gateway.traffic_status import TrafficMetrics
+    from kvroute.gateway.traffic.status import TrafficMetrics
 
     exported = {metric.name for metric in GatewayMetrics().all()}
     live = {m.name for m in vars(TrafficMetrics()).values() if hasattr(m, "name")}

@@ -21,9 +21,9 @@ OUTCOMES = r"""
 import hashlib, json, random
 import numpy as np, orjson
 from kvroute.gateway import native
-from kvroute.gateway.capture_records import CaptureEvent, CaptureRecords
-from kvroute.gateway.prompt_tokens import PromptTokens
-from kvroute.gateway.traffic_shape import TrafficConfig, TrafficShape
+from kvroute.gateway.capture.records import CaptureEvent, CaptureRecords
+from kvroute.gateway.prompts.tokens import PromptTokens
+from kvroute.gateway.traffic.shape import TrafficConfig, TrafficShape
 from kvroute.trace.tokenizer import load_tokenizer
 
 rng = random.Random(5)

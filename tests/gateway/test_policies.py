@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvroute.errors import UsageError
-from kvroute.gateway.policies.base import BackendSnapshot, PickInput
-from kvroute.gateway.policies.registry import policy_registry
-from kvroute.gateway.policies.session_affinity import SessionAffinity
+from kvroute.gateway.routing.policies.base import BackendSnapshot, PickInput
+from kvroute.gateway.routing.policies.registry import policy_registry
+from kvroute.gateway.routing.policies.session_affinity import SessionAffinity
 
 snapshots = st.lists(
     st.builds(

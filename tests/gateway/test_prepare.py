@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from kvroute.gateway.errors import GatewayError
-from kvroute.gateway.prepare import Endpoint, parse_body, upstream_body
+from kvroute.gateway.proxy.prepare import Endpoint, parse_body, upstream_body
 
 RAW = b'{ "model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true, "max_tokens": 5, "x_custom": [1] }'
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from kvroute.gateway.prometheus import Counter, Histogram, render
+from kvroute.gateway.ops.prometheus import Counter, Histogram, render
 
 
 def test_text_format() -> None:

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvroute.cache.base import U64
-from kvroute.gateway.cache_view import unit_keys
-from kvroute.gateway.prompt_keys import SessionKeys, extends
+from kvroute.gateway.cacheview.keys import SessionKeys, extends
+from kvroute.gateway.cacheview.view import unit_keys
 from kvroute.trace.hashing import ChainExtender, chain_hashes
 
 # A session's turns: each either extends the previous prompt (the usual chat turn),

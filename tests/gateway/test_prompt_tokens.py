@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvroute.gateway.prompt_tokens import PromptTokens
+from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
 
 TEXTS = [

@@ -13,8 +13,8 @@ import pytest
 
 from gateway.fake_upstream import FakeUpstream, Mode
 from gateway.harness import LoopThread, running_gateway
-from kvroute.gateway import proxy
-from kvroute.gateway.breaker import BreakerState
+from kvroute.gateway.backends.breaker import BreakerState
+from kvroute.gateway.proxy import forward as proxy
 
 
 def config(*urls: str, extra: str = "", timeouts: str = "") -> str:

@@ -19,9 +19,9 @@ from gateway.fake_upstream import FakeUpstream, Mode
 from gateway.harness import LoopThread, RunningGateway, running_gateway
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError
-from kvroute.gateway.breaker import BreakerState
-from kvroute.gateway.config import parse_config
-from kvroute.gateway.rollout import Side, plan_rollout, unit_hash
+from kvroute.gateway.backends.breaker import BreakerState
+from kvroute.gateway.config.gateway import parse_config
+from kvroute.gateway.rollout.plan import Side, plan_rollout, unit_hash
 
 CHAT: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 

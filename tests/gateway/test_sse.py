@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from kvroute.gateway.sse import SseRelay
+from kvroute.gateway.proxy.sse_relay import SseRelay
 
 CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
 USAGE_ONLY = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}\n\n'

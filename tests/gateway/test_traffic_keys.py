@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvroute.gateway.cache_view import BackendCacheView, CacheViewConfig
-from kvroute.gateway.traffic_shape import TrafficConfig, TrafficShape
+from kvroute.gateway.cacheview.view import BackendCacheView, CacheViewConfig
+from kvroute.gateway.traffic.shape import TrafficConfig, TrafficShape
 from kvroute.trace.hashing import chain_hashes
 from kvroute.trace.writer import prompt_block_hashes
 

@@ -18,9 +18,9 @@ from gateway.harness import LoopThread, running_gateway
 from kvroute.analyze.result import VerdictLevel
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError
-from kvroute.gateway.config import parse_config
-from kvroute.gateway.traffic_shape import TrafficConfig, TrafficShape, band_of
-from kvroute.gateway.traffic_status import TrafficMetrics, status, status_html
+from kvroute.gateway.config.gateway import parse_config
+from kvroute.gateway.traffic.shape import TrafficConfig, TrafficShape, band_of
+from kvroute.gateway.traffic.status import TrafficMetrics, status, status_html
 
 B = 16
 

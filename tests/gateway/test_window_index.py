@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from kvroute.gateway.window_index import WindowIndex
+from kvroute.gateway.traffic.window_index import WindowIndex
 
 
 def chained(blocks: list[int]) -> list[int]:

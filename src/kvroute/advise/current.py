@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from kvroute.advise.result import Change, ClassDecision
-from kvroute.gateway.config import ANY_POOL, GatewayConfig
+from kvroute.gateway.config.gateway import ANY_POOL, GatewayConfig
 from kvroute.gateway.types import WorkloadClass
 
 

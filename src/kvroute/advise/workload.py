@@ -1,7 +1,7 @@
 """A trace split into the gateway's workload classes, and per-tenant cache isolation. Pure.
 
 Requests whose prompt is still chat messages or text are labelled by the gateway's own
-:func:`kvroute.gateway.classify.classify` on the body they came from, so a class here is
+:func:`kvroute.gateway.routing.classify.classify` on the body they came from, so a class here is
 the class a route of the generated ``gateway.yaml`` will match. The readers keep what
 ``classify`` reads (messages, tools) and the structured-output kind it would find
 (``RequestAttrs.structured_output`` is ``structured_output_kind`` of the same body).
@@ -24,7 +24,7 @@ import numpy as np
 
 from kvroute.analyze.shape import concurrency_of
 from kvroute.cache.timing import TimingOptions, plan, service_s
-from kvroute.gateway.classify import ClassifyOptions, classify
+from kvroute.gateway.routing.classify import ClassifyOptions, classify
 from kvroute.gateway.types import WorkloadClass
 from kvroute.trace.records import (
     BlockPrompt,

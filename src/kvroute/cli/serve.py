@@ -13,13 +13,13 @@ import click
 
 from kvroute.engines.state import StateDir, default_state_dir
 from kvroute.errors import UsageError
+from kvroute.gateway.access.auth import hash_key
 from kvroute.gateway.app import ACCESS_LOGGER, Gateway
-from kvroute.gateway.auth import hash_key
-from kvroute.gateway.capture import check_capture_directory
-from kvroute.gateway.config import GatewayConfig, ListenerConfig, load_config
-from kvroute.gateway.logs import log_json_lines
+from kvroute.gateway.capture.worker import check_capture_directory
+from kvroute.gateway.config.gateway import GatewayConfig, ListenerConfig, load_config
+from kvroute.gateway.config.zeroconfig import config_from_records
+from kvroute.gateway.ops.logs import log_json_lines
 from kvroute.gateway.service import serve_until_signalled
-from kvroute.gateway.zeroconfig import config_from_records
 from kvroute.report.fmt import plural
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")

@@ -32,9 +32,10 @@ from typing import Any
 import httpx
 
 from kvroute.errors import InputError
-from kvroute.gateway import endpoints, route_plan
-from kvroute.gateway.auth import check_model
-from kvroute.gateway.backends import (
+from kvroute.gateway import endpoints
+from kvroute.gateway.access.auth import check_model
+from kvroute.gateway.access.limits import AdmissionGate
+from kvroute.gateway.backends.backend import (
     AdapterFactory,
     Backend,
     HealthChecker,
@@ -42,14 +43,11 @@ from kvroute.gateway.backends import (
     adapter_factory,
     pooled_transport,
 )
-from kvroute.gateway.cache_routing import CacheRouter
-from kvroute.gateway.capture import TraceCapture
-from kvroute.gateway.classify import PrefixOracle, classify
-from kvroute.gateway.config import GatewayConfig, ListenerConfig, load_config
-from kvroute.gateway.config_diff import config_changes, reload_refusal
+from kvroute.gateway.cacheview.router import CacheRouter
+from kvroute.gateway.capture.worker import TraceCapture
+from kvroute.gateway.config.diff import config_changes, reload_refusal
+from kvroute.gateway.config.gateway import GatewayConfig, ListenerConfig, load_config
 from kvroute.gateway.errors import GatewayError
-from kvroute.gateway.limits import AdmissionGate
-from kvroute.gateway.metrics import GatewayMetrics
 from kvroute.gateway.middleware import (
     AdmissionMiddleware,
     AuthMiddleware,
@@ -57,17 +55,20 @@ from kvroute.gateway.middleware import (
     ObserveMiddleware,
     RateLimitMiddleware,
 )
-from kvroute.gateway.policies.registry import CACHE_AWARE
-from kvroute.gateway.prepare import Endpoint, parse_body, upstream_body
-from kvroute.gateway.prompt_tokens import PromptTokens
-from kvroute.gateway.proxy import Forward, Proxy
-from kvroute.gateway.rollout import RolloutStats, plan_rollout, rollout_candidates
-from kvroute.gateway.routing import select_route
+from kvroute.gateway.ops.metrics import GatewayMetrics
+from kvroute.gateway.prompts.tokens import PromptTokens
+from kvroute.gateway.proxy.forward import Forward, Proxy
+from kvroute.gateway.proxy.prepare import Endpoint, parse_body, upstream_body
+from kvroute.gateway.rollout.plan import RolloutStats, plan_rollout, rollout_candidates
+from kvroute.gateway.rollout.shadow import ShadowMirror
+from kvroute.gateway.routing import plan as route_plan
+from kvroute.gateway.routing.classify import PrefixOracle, classify
+from kvroute.gateway.routing.policies.registry import CACHE_AWARE
+from kvroute.gateway.routing.routes import select_route
 from kvroute.gateway.server import HttpServer, ServerLimits
-from kvroute.gateway.shadow import ShadowMirror
 from kvroute.gateway.state import GatewayState, build_state
-from kvroute.gateway.traffic_shape import TrafficShape
-from kvroute.gateway.traffic_status import TrafficMetrics
+from kvroute.gateway.traffic.shape import TrafficShape
+from kvroute.gateway.traffic.status import TrafficMetrics
 from kvroute.gateway.types import Handler, Request, Response, json_response
 from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
 

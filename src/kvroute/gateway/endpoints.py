@@ -10,16 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kvroute.errors import InputError
-from kvroute.gateway.auth import check_admin
-from kvroute.gateway.backends import Backend
-from kvroute.gateway.capture import TraceCapture
+from kvroute.gateway.access.auth import check_admin
+from kvroute.gateway.access.limits import AdmissionGate
+from kvroute.gateway.backends.backend import Backend
+from kvroute.gateway.capture.worker import TraceCapture
 from kvroute.gateway.errors import GatewayError
-from kvroute.gateway.limits import AdmissionGate
-from kvroute.gateway.metrics import GatewayMetrics
-from kvroute.gateway.rollout import RolloutStats
+from kvroute.gateway.ops.metrics import GatewayMetrics
+from kvroute.gateway.rollout.plan import RolloutStats
 from kvroute.gateway.state import GatewayState
-from kvroute.gateway.traffic_shape import TrafficShape
-from kvroute.gateway.traffic_status import TrafficMetrics, status, status_html
+from kvroute.gateway.traffic.shape import TrafficShape
+from kvroute.gateway.traffic.status import TrafficMetrics, status, status_html
 from kvroute.gateway.types import Request, Response, json_response
 
 INDEX = (

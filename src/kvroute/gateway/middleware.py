@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
+from kvroute.gateway.access.limits import AdmissionGate, estimate_tokens
 from kvroute.gateway.errors import GatewayError, error_response
-from kvroute.gateway.limits import AdmissionGate, estimate_tokens
-from kvroute.gateway.metrics import GatewayMetrics
+from kvroute.gateway.ops.metrics import GatewayMetrics
 from kvroute.gateway.state import GatewayState
 from kvroute.gateway.types import Handler, Request, Response
 

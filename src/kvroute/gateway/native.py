@@ -14,16 +14,17 @@ from __future__ import annotations
 from kvroute.native_group import NativeGroup, kvroute_files, package_files
 
 COMPILED = (
-    "prompt_tokens",
-    "chat_pieces",
-    "capture_records",
-    "capture_bodies",
-    "capture_attrs",
-    "capture_hashes",
-    "traffic_shape",
-    "window_index",
+    "prompts.tokens",
+    "prompts.chat_pieces",
+    "capture.records",
+    "capture.bodies",
+    "capture.attrs",
+    "capture.hashes",
+    "traffic.shape",
+    "traffic.window_index",
 )
-"""Modules of ``kvroute.gateway`` that the native build compiles."""
+"""Modules of ``kvroute.gateway`` that the native build compiles (dotted below it: each
+subpackage's ``__init__`` puts its ``_native/<subpackage>/`` first on its path)."""
 
 _DEPENDS = (
     "types.py",
@@ -43,7 +44,7 @@ BUILD = NativeGroup(
     "gateway",
     COMPILED,
     lambda: package_files("gateway", COMPILED) + kvroute_files(_DEPENDS),
-    probe="capture_records",
+    probe="capture.records",
 )
 status = BUILD.status
 search_path = BUILD.search_path

@@ -11,11 +11,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from kvroute.gateway.auth import KeyStore
-from kvroute.gateway.backends import AdapterFactory, Backend, TransportFactory, build_backends
-from kvroute.gateway.config import GatewayConfig, KeyConfig
-from kvroute.gateway.limits import KeyLimiter, TokenBucket
-from kvroute.gateway.routing import Route
+from kvroute.gateway.access.auth import KeyStore
+from kvroute.gateway.access.limits import KeyLimiter, TokenBucket
+from kvroute.gateway.backends.backend import (
+    AdapterFactory,
+    Backend,
+    TransportFactory,
+    build_backends,
+)
+from kvroute.gateway.config.gateway import GatewayConfig, KeyConfig
+from kvroute.gateway.routing.routes import Route
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Incremental Server-Sent Events framing and parsing (the WHATWG ``text/event-stream`` rules).
 
-The one SSE implementation of kvroute: the gateway's relay (:mod:`kvroute.gateway.sse`)
+The one SSE implementation of kvroute: the gateway's relay (:mod:`kvroute.gateway.proxy.sse_relay`)
 uses :func:`last_event_end` and :func:`split_events` to forward whole events byte for
 byte; bench's stream reader uses :class:`SSEParser` to get each event's data.
 

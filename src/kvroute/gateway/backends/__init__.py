@@ -1,0 +1,1 @@
+"""The backends: each one's client, health, circuit breaker and cache view."""

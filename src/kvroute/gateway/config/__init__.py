@@ -1,0 +1,1 @@
+"""The gateway's configuration: every section's dataclass, the YAML reader, reload diffs."""

@@ -1,0 +1,1 @@
+"""Operating the gateway: metrics, the Prometheus text format, structured logs."""

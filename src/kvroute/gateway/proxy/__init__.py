@@ -1,0 +1,1 @@
+"""Forwarding a request: the client body checked, sent upstream, the answer relayed."""

@@ -1,0 +1,1 @@
+"""Canary and shadow: splitting a route's traffic and comparing the sides."""

@@ -1,0 +1,1 @@
+"""Choosing a backend: classify, routes, the routing plan and the policies."""

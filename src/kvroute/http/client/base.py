@@ -1,0 +1,98 @@
+"""The upstream vocabulary: what the proxy sends, what it gets back, how it fails.
+
+:class:`Transport` is what the proxy talks to (tests can hand it any implementation);
+:class:`~kvroute.http.client.pool.PooledTransport` is the real one. Every failure
+is an :class:`UpstreamFailure` whose ``kind`` says what happened and whether any
+response byte had arrived (which decides whether a retry is safe).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class FailureKind(enum.Enum):
+    CONNECT = "connect"
+    """Nothing accepted the connection (refused, unreachable, connect timeout)."""
+    RESET = "reset"
+    """The connection closed or reset before the response ended."""
+    FIRST_BYTE_TIMEOUT = "first_token_timeout"
+    TOTAL_TIMEOUT = "total_timeout"
+    IDLE_TIMEOUT = "idle_timeout"
+    """A stream in progress sent nothing for the idle limit (a stalled engine)."""
+    MALFORMED = "malformed"
+    STATUS = "status"
+    """The backend answered 502/503/504: overloaded, loading, or failing."""
+
+
+class UpstreamFailure(Exception):
+    def __init__(self, kind: FailureKind, detail: str, *, response_started: bool) -> None:
+        super().__init__(f"{kind.value}: {detail}")
+        self.kind = kind
+        self.detail = detail
+        self.response_started = response_started
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRequest:
+    method: str
+    path: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+
+class Exchange(Protocol):
+    """One request in flight on one connection.
+
+    The body is taken either by :meth:`read` calls, or — for streams, after any
+    reads — pushed to a callback given to :meth:`attach`, straight from the socket's
+    protocol callback (no task switch per piece); :meth:`finished` then waits for the
+    end. Timeouts raise :class:`UpstreamFailure`
+    ``TOTAL_TIMEOUT`` and abort the connection.
+    """
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> dict[str, str]: ...
+
+    async def read(self, timeout_s: float | None) -> bytes | None:
+        """Everything received since the last read; None at the end of the body."""
+        ...
+
+    def attach(self, on_data: Callable[[bytes], None]) -> None:
+        """Hand every further body piece to ``on_data`` as it arrives (what is
+        buffered now goes first, synchronously)."""
+        ...
+
+    async def finished(self, timeout_s: float, idle_s: float | None = None) -> None:
+        """Wait for the end of the body, at most ``timeout_s``, and at most ``idle_s``
+        without a body piece; raise :class:`UpstreamFailure` if it fails first."""
+        ...
+
+    def pause(self) -> None:
+        """Stop reading the socket (the consumer cannot keep up)."""
+        ...
+
+    def resume(self) -> None: ...
+
+    def abort(self) -> None:
+        """Drop the connection now (the engine sees its client go and stops work).
+        Harmless after the response ended."""
+        ...
+
+
+class Transport(Protocol):
+    """Sends requests to one backend."""
+
+    async def send(
+        self, request: UpstreamRequest, *, connect_timeout_s: float, head_timeout_s: float | None
+    ) -> Exchange:
+        """Send ``request`` and wait for the response head."""
+        ...
+
+    async def aclose(self) -> None: ...
