@@ -62,7 +62,7 @@ from gateway_load import (
     _wait_port,
 )
 from gateway_stub import _run_gateway, _run_stub
-from kvroute.gateway.capture.worker import CaptureConfig
+from kvroute.gateway.config.capture import CaptureConfig
 
 # gateway_peers.py and gateway_rollout.py import these from here.
 __all__ = [

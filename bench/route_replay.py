@@ -52,7 +52,8 @@ from kvroute.cache.base import CacheGeometry
 from kvroute.cache.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
 from kvroute.gateway.backends.backend import Backend
 from kvroute.gateway.cacheview.router import CacheRouter
-from kvroute.gateway.cacheview.view import BackendCacheView, CacheViewConfig
+from kvroute.gateway.cacheview.view import BackendCacheView
+from kvroute.gateway.config.cache_view import CacheViewConfig
 from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.gateway.routing.policies.base import BackendSnapshot, PickInput, Policy
 from kvroute.gateway.routing.policies.registry import policy_registry

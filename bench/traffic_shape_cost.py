@@ -12,8 +12,9 @@ import time
 import numpy as np
 
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
+from kvroute.gateway.config.traffic import TrafficConfig
 from kvroute.gateway.ops.metrics import GatewayMetrics
-from kvroute.gateway.traffic.shape import TrafficConfig, TrafficShape
+from kvroute.gateway.traffic.shape import TrafficShape
 from kvroute.gateway.types import RequestContext, WorkloadClass
 from kvroute.trace.hashing import chain_hashes
 from kvroute.trace.records import Request, TokenPrompt

@@ -11,7 +11,8 @@ import pytest
 
 from kvroute.advise.workload import classify_request, isolate_tenants, split_by_class
 from kvroute.analyze.run import analyze_requests
-from kvroute.gateway.routing.classify import ClassifyOptions, classify
+from kvroute.gateway.config.classify import ClassifyOptions
+from kvroute.gateway.routing.classify import classify
 from kvroute.gateway.types import WorkloadClass
 from kvroute.trace.formats.base import ReadOptions
 from kvroute.trace.readers import read_trace

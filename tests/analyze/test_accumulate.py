@@ -13,7 +13,8 @@ from rich.console import Console
 
 from kvroute.analyze.result import AnalysisResult, Granularity
 from kvroute.analyze.run import analyze_requests
-from kvroute.gateway.traffic.shape import TrafficConfig, TrafficShape
+from kvroute.gateway.config.traffic import TrafficConfig
+from kvroute.gateway.traffic.shape import TrafficShape
 from kvroute.report import fmt
 from kvroute.report.analyze_console import render_console
 from kvroute.report.analyze_page import analysis_page

@@ -22,12 +22,8 @@ from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError
 from kvroute.gateway.cacheview.keys import SessionKeys, extends
 from kvroute.gateway.cacheview.router import CacheRouter
-from kvroute.gateway.cacheview.view import (
-    NO_DISPLACEMENT,
-    BackendCacheView,
-    CacheViewConfig,
-    Displacement,
-)
+from kvroute.gateway.cacheview.view import NO_DISPLACEMENT, BackendCacheView, Displacement
+from kvroute.gateway.config.cache_view import CacheViewConfig
 from kvroute.gateway.config.gateway import parse_config
 from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.gateway.routing.policies.base import BackendSnapshot, PickInput

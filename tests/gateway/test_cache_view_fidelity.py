@@ -28,7 +28,8 @@ from kvroute.cache.llamacpp import LlamaCppConfig
 from kvroute.engines.llamacpp import LlamaCppAdapter
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError
-from kvroute.gateway.cacheview.view import BackendCacheView, CacheViewConfig
+from kvroute.gateway.cacheview.view import BackendCacheView
+from kvroute.gateway.config.cache_view import CacheViewConfig
 from kvroute.gateway.config.gateway import parse_config
 from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.trace.tokenizer import load_tokenizer

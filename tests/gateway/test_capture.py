@@ -30,7 +30,8 @@ from kvroute.gateway.capture.records import (
     capture_record,
     capture_records,
 )
-from kvroute.gateway.capture.worker import CaptureConfig, TraceCapture
+from kvroute.gateway.capture.worker import TraceCapture
+from kvroute.gateway.config.capture import CaptureConfig
 from kvroute.gateway.config.gateway import parse_config
 from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.trace.formats.base import ReadOptions, RecordError

@@ -15,7 +15,8 @@ import pytest
 from gateway.test_capture import captured_files, conversations, event
 from kvroute.errors import InputError
 from kvroute.gateway.capture.records import capture_records
-from kvroute.gateway.capture.worker import CaptureConfig, TraceCapture
+from kvroute.gateway.capture.worker import TraceCapture
+from kvroute.gateway.config.capture import CaptureConfig
 from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.trace.hashing import KEYED_HASH_SCHEME, key_id, keyed_hashes
 from kvroute.trace.readers import read_trace

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from kvroute.gateway.routing.classify import ClassifyOptions, classify
+from kvroute.gateway.config.classify import ClassifyOptions
+from kvroute.gateway.routing.classify import classify
 from kvroute.gateway.types import WorkloadClass
 
 OPTS = ClassifyOptions(agent_min_steps=4, long_prefix_min_chars=100)

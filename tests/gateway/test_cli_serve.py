@@ -10,7 +10,7 @@ from kvroute.cli.serve import serve_cmd
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError, UsageError
 from kvroute.gateway.access.auth import hash_key
-from kvroute.gateway.cacheview.view import CacheViewConfig
+from kvroute.gateway.config.cache_view import CacheViewConfig
 from kvroute.gateway.config.gateway import ListenerConfig
 from kvroute.gateway.config.zeroconfig import config_from_records
 

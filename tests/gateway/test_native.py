@@ -23,7 +23,8 @@ import numpy as np, orjson
 from kvroute.gateway import native
 from kvroute.gateway.capture.records import CaptureEvent, CaptureRecords
 from kvroute.gateway.prompts.tokens import PromptTokens
-from kvroute.gateway.traffic.shape import TrafficConfig, TrafficShape
+from kvroute.gateway.traffic.shape import TrafficShape
+from kvroute.gateway.config.traffic import TrafficConfig
 from kvroute.trace.tokenizer import load_tokenizer
 
 rng = random.Random(5)

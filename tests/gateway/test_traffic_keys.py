@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvroute.gateway.cacheview.view import BackendCacheView, CacheViewConfig
-from kvroute.gateway.traffic.shape import TrafficConfig, TrafficShape
+from kvroute.gateway.cacheview.view import BackendCacheView
+from kvroute.gateway.config.cache_view import CacheViewConfig
+from kvroute.gateway.config.traffic import TrafficConfig
+from kvroute.gateway.traffic.shape import TrafficShape
 from kvroute.trace.hashing import chain_hashes
 from kvroute.trace.writer import prompt_block_hashes
 

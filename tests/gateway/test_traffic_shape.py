@@ -19,7 +19,8 @@ from kvroute.analyze.result import VerdictLevel
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError
 from kvroute.gateway.config.gateway import parse_config
-from kvroute.gateway.traffic.shape import TrafficConfig, TrafficShape, band_of
+from kvroute.gateway.config.traffic import TrafficConfig
+from kvroute.gateway.traffic.shape import TrafficShape, band_of
 from kvroute.gateway.traffic.status import TrafficMetrics, status, status_html
 
 B = 16

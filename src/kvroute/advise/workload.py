@@ -24,7 +24,8 @@ import numpy as np
 
 from kvroute.analyze.shape import concurrency_of
 from kvroute.cache.timing import TimingOptions, plan, service_s
-from kvroute.gateway.routing.classify import ClassifyOptions, classify
+from kvroute.gateway.config.classify import ClassifyOptions
+from kvroute.gateway.routing.classify import classify
 from kvroute.gateway.types import WorkloadClass
 from kvroute.trace.records import (
     BlockPrompt,

@@ -42,8 +42,8 @@ from kvroute.cli.simulate_output import json_bytes
 from kvroute.cli.simulate_trace import load_trace
 from kvroute.cli.trace_input import open_trace
 from kvroute.errors import UsageError
+from kvroute.gateway.config.classify import ClassifyOptions
 from kvroute.gateway.config.gateway import load_config, parse_config
-from kvroute.gateway.routing.classify import ClassifyOptions
 from kvroute.gateway.types import WorkloadClass
 from kvroute.predict.calibration import Calibration, load_calibration
 from kvroute.report.html import render_page

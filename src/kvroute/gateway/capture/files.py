@@ -16,7 +16,7 @@ from kvroute.trace.formats.native import HEADER_KEY, SCHEMA_VERSION
 from kvroute.trace.hashing import DEFAULT_SEED, HASH_SCHEME, KEYED_HASH_SCHEME
 
 if TYPE_CHECKING:
-    from kvroute.gateway.capture.worker import CaptureConfig
+    from kvroute.gateway.config.capture import CaptureConfig
 
 
 class RotatingTraceFile:

@@ -35,13 +35,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kvroute.errors import InputError
 from kvroute.gateway.capture.files import RotatingTraceFile, check_directory
 from kvroute.gateway.capture.records import CaptureEvent, CaptureRecords
+from kvroute.gateway.config.capture import CaptureConfig
 from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.trace.hashing import key_id
 from kvroute.trace.keys import default_key_file, load_or_create_key
@@ -59,32 +59,6 @@ still gets one hand-over per wake-up (or per :data:`MAX_HANDOVER` records)."""
 MAX_HANDOVER = 512
 """The most records handed to the traffic window at once: a queue that refills as fast
 as the worker drains it still feeds the window."""
-
-
-@dataclass(frozen=True, slots=True)
-class CaptureConfig:
-    """The ``capture:`` section. Capture is on when ``directory`` is set."""
-
-    directory: str = ""
-    tokenizer: str = ""
-    """GGUF file or HF tokenizer directory of the served model; empty: the default model."""
-    block_size_tokens: int = 16
-    rotate_bytes: int = 256 * 1024 * 1024
-    rotate_s: float = 3600.0
-    include_text: bool = False
-    max_queue: int = 100_000
-    flush_interval_s: float = 0.2
-    """How often the worker writes what is queued (and flushes the file): records reach
-    the file within about this long. Much shorter costs CPU (bench/RESULTS.md)."""
-    file_prefix: str = "capture"
-    key_file: str = ""
-    """The secret key the written hashes are keyed with (``kvroute export``'s key file,
-    created on first use); empty: ``$XDG_CONFIG_HOME/kvroute/trace.key``, the one
-    ``kvroute export`` uses by default."""
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.directory)
 
 
 class TraceCapture:

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from kvroute.errors import InputError
-from kvroute.gateway.cacheview.view import CacheViewConfig
-from kvroute.gateway.capture.worker import CaptureConfig
+from kvroute.gateway.config.cache_view import CacheViewConfig
+from kvroute.gateway.config.capture import CaptureConfig
+from kvroute.gateway.config.classify import ClassifyOptions
 from kvroute.gateway.config.reader import ConfigNode
 from kvroute.gateway.config.rollout import CanaryConfig, ShadowConfig, parse_canary, parse_shadow
+from kvroute.gateway.config.traffic import TrafficConfig
 from kvroute.gateway.config.yaml_lines import load_yaml
-from kvroute.gateway.routing.classify import ClassifyOptions
 from kvroute.gateway.routing.policies.registry import DEFAULT_POLICY, policy_registry
-from kvroute.gateway.traffic.shape import TrafficConfig
 from kvroute.gateway.types import WorkloadClass
 
 ENGINES = ("llamacpp", "vllm", "sglang")

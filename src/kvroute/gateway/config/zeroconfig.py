@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from kvroute.engines.snippet import cache_settings
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import UsageError
-from kvroute.gateway.cacheview.view import CacheViewConfig
+from kvroute.gateway.config.cache_view import CacheViewConfig
 from kvroute.gateway.config.gateway import BackendConfig, GatewayConfig, ListenerConfig, RouteConfig
 from kvroute.gateway.routing.policies.registry import CACHE_AWARE
 

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from kvroute.gateway.config.classify import ClassifyOptions
 from kvroute.gateway.types import WorkloadClass
 from kvroute.trace.formats.openai_log import structured_output_kind
 from kvroute.trace.records import StructuredOutput
@@ -35,12 +36,6 @@ class PrefixOracle(Protocol):
     prefix index over live traffic); None when it cannot tell."""
 
     def shared_prefix_chars(self, body: Mapping[str, Any]) -> int | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ClassifyOptions:
-    agent_min_steps: int = 4
-    long_prefix_min_chars: int = 4000
 
 
 @dataclass(frozen=True, slots=True)
