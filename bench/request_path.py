@@ -43,7 +43,11 @@ def _module_of(frame: FrameType) -> str | None:
 
 async def _trace(stream: bool, cache_aware: bool) -> list[str]:
     from kvroute.gateway.app import Gateway
-    from kvroute.gateway.config.gateway import parse_config
+
+    try:
+        from kvroute.gateway.config.gateway import parse_config
+    except ImportError:  # a tree from before gateway/config/ (to compare with)
+        from kvroute.gateway.config import parse_config  # type: ignore[attr-defined,no-redef]
 
     loop = asyncio.get_running_loop()
     stub = await loop.create_server(lambda: _StubProtocol(16, 0.0), "127.0.0.1", 0)
