@@ -11,7 +11,7 @@ import pytest
 
 from kvroute.cache.native import BUILD as CACHE
 from kvroute.gateway.native import BUILD as GATEWAY
-from kvroute.native_group import STAMP, NativeGroup
+from kvroute.native_group import PACKAGE_ROOT, STAMP, NativeGroup
 
 GROUPS = pytest.mark.parametrize("group", [CACHE, GATEWAY], ids=["cache", "gateway"])
 
@@ -46,6 +46,6 @@ def test_kvroute_native_0_forces_the_sources(
 @GROUPS
 def test_the_stamp_covers_every_compiled_module(group: NativeGroup) -> None:
     """An edit to any compiled module (or the modules it imports) must make the build stale."""
-    stamped = {p.relative_to(p.parents[1]).as_posix() for p in group._sources()}
+    stamped = {p.relative_to(PACKAGE_ROOT).as_posix() for p in group._sources()}
     for name in group.compiled:
-        assert f"{group.package}/{name}.py" in stamped
+        assert f"{group.package}/{name.replace('.', '/')}.py" in stamped
