@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from kvroute import __version__
-from kvroute.errors import KvrouteError
+from kvroute.errors import InputErrors, KvrouteError
 
 HELP = """kvroute: measure how your LLM traffic shares prefixes, predict what llama.cpp,
 vLLM and SGLang would cache, benchmark them, and route between them.
@@ -52,6 +52,13 @@ def _stdout_closed() -> None:
     os.close(devnull)
 
 
+def _messages(exc: KvrouteError) -> list[str]:
+    """One line per error: an :class:`InputErrors` (a config checked whole) holds several."""
+    if isinstance(exc, InputErrors):
+        return [e.message for e in exc.errors]
+    return [exc.message]
+
+
 class _Main(click.Group):
     """Maps :class:`KvrouteError` to one line on stderr and its exit code; never a traceback."""
 
@@ -59,7 +66,8 @@ class _Main(click.Group):
         try:
             return super().invoke(ctx)
         except KvrouteError as exc:
-            click.secho(f"error: {exc.message}", fg="red", err=True)
+            for message in _messages(exc):
+                click.secho(f"error: {message}", fg="red", err=True)
             if exc.hint:
                 click.echo(f"hint: {exc.hint}", err=True)
             ctx.exit(exc.exit_code)
