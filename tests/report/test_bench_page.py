@@ -144,3 +144,33 @@ def test_the_page_leads_with_its_conclusion_and_splits_the_summary_to_fit() -> N
     cold_warm = replace(res.runs[2], endpoint=replace(res.runs[2].endpoint, cache_state="warm"))
     body = render_page(bench_page(replace(res, runs=[res.runs[0], cold_warm]), NOW))
     assert "The endpoints did not run alike" in body and "llama cold, vllm warm" in body
+
+
+def test_endpoints_with_different_threads_get_a_caveat_on_the_page_and_in_the_terminal() -> None:
+    res = result(0.2)
+
+    def computed(r: Run, threads: int | None, cpus: list[int] | None) -> Run:
+        return replace(r, endpoint=replace(r.endpoint, threads=threads, cpus=cpus))
+
+    unlike = replace(
+        res,
+        runs=[
+            computed(r, 1, [0]) if r.endpoint.name == "llama" else computed(r, 2, [0, 1])
+            for r in res.runs
+        ],
+    )
+    body = render_page(bench_page(unlike, NOW))
+    assert "The endpoints did not run alike" in body
+    assert "llama 1 thread on CPU 0, vllm 2 threads on CPUs 0-1" in body
+    console = Console(file=io.StringIO(), width=300, record=True)
+    render_result(unlike, console)
+    assert (
+        "caveat: the endpoints did not run alike. Compute: llama 1 thread on CPU 0, vllm 2 "
+        "threads on CPUs 0-1" in console.export_text()
+    )
+    alike = replace(res, runs=[computed(r, 1, None) for r in res.runs])
+    assert "did not run alike" not in render_page(bench_page(alike, NOW))
+    half = replace(
+        res, runs=[computed(r, 1, None) if r.endpoint.name == "llama" else r for r in res.runs]
+    )
+    assert "vllm not recorded (add threads=N" in render_page(bench_page(half, NOW))

@@ -12,6 +12,7 @@ from kvroute.report.bench_rows import (
     DIFF_HEADERS,
     RUN_HEADERS,
     diff_cells,
+    endpoint_caveats,
     error_lines,
     run_row,
     shown_headers,
@@ -93,6 +94,9 @@ def render_result(result: BenchResult, console: Console, *, wide: bool = False) 
             )
         for note in run.endpoint.notes:
             console.print(f"[dim]{run.endpoint.name}: {note}[/]")
+    first = [r for r in result.runs if r.step == 0 and r.repeat == 0]
+    for caveat in endpoint_caveats(first):
+        console.print(f"[yellow]caveat: the endpoints did not run alike. {caveat}[/]")
 
 
 def render_comparison(pairs: list[Pair], console: Console) -> None:

@@ -19,6 +19,7 @@ from kvroute.report.bench_rows import (
     RUN_HEADERS,
     SUMMARY_GROUPS,
     diff_cells,
+    endpoint_caveats,
     error_lines,
     run_label,
     shown_headers,
@@ -158,7 +159,7 @@ def _summary_tables(runs: Sequence[Run]) -> list[Block]:
 def _headline_callouts(runs: Sequence[Run]) -> list[Block]:
     """The conclusion at each load, when two or more endpoints ran it: which had the
     lowest TTFT p50 and by how much, and the engine-hit difference; and a caveat when
-    the endpoints did not run alike (cache state, model)."""
+    the endpoints did not run alike (cache state, model, threads)."""
     blocks: list[Block] = []
     by_load: dict[str, list[Run]] = {}
     for run in runs:
@@ -184,7 +185,7 @@ def _headline_callouts(runs: Sequence[Run]) -> list[Block]:
             )
         )
     first_load = next(iter(by_load.values()), [])
-    caveats = _caveats(first_load)
+    caveats = endpoint_caveats(first_load)
     if caveats:
         blocks.append(
             Callout(CalloutKind.WARN, "The endpoints did not run alike", " ".join(caveats))
@@ -203,21 +204,6 @@ def _versus(best: Run, other: Run) -> str:
     if a.tpot_s.p50 is not None and b.tpot_s.p50:
         parts.append(f"TPOT p50 {fmt.relative(a.tpot_s.p50 / b.tpot_s.p50 - 1)}")
     return ", ".join(parts)
-
-
-def _caveats(runs: Sequence[Run]) -> list[str]:
-    """What differs between the endpoints besides the engine."""
-    out = []
-    states = {r.endpoint.name: r.endpoint.cache_state for r in runs}
-    if len(set(states.values())) > 1:
-        out.append(
-            "Cache state: " + ", ".join(f"{n} {s}" for n, s in states.items()) + " (a warm "
-            "cache hits where a cold one cannot)."
-        )
-    models = {r.endpoint.name: r.endpoint.model for r in runs if r.endpoint.model}
-    if len(set(models.values())) > 1:
-        out.append("Models: " + ", ".join(f"{n} {m}" for n, m in models.items()) + ".")
-    return out
 
 
 def bench_page(result: BenchResult, generated_at: datetime) -> Page:
