@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvroute.analyze.result import EQUIVALENT_BELOW, RADIX_ABOVE, VerdictLevel
+from kvroute.gateway.traffic_history import TrafficHistory
 from kvroute.gateway.window_index import Hashes, WindowIndex
 
 
@@ -200,6 +201,8 @@ class TrafficShape:
         self._candidate: VerdictLevel | None = None
         self._candidate_since_s = 0.0
         self.changes: deque[BandChange] = deque(maxlen=10)
+        self.history = TrafficHistory()
+        """Per-minute totals for the status page (the window only knows now)."""
         """The latest settled crossings."""
         self.num_changes: dict[VerdictLevel, int] = {}
 
@@ -240,6 +243,14 @@ class TrafficShape:
             predicted_cached_tokens,
         )
         self._push(obs, len(block_hashes) if num_tokens else 0)
+        self.history.add(
+            now_s,
+            backend=backend,
+            num_tokens=num_tokens,
+            matched_tokens=matched,
+            usage_prompt_tokens=usage_prompt_tokens or 0,
+            reported_cached_tokens=reported_cached_tokens,
+        )
         if predicted_cached_tokens is not None and reported_cached_tokens is not None:
             self.predicted_total[backend] = (
                 self.predicted_total.get(backend, 0) + predicted_cached_tokens

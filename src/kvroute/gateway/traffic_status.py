@@ -101,6 +101,10 @@ def status(
             for c in traffic.changes
         ],
         "class_shares": traffic.class_shares(),
+        "history": {
+            "bucket_s": traffic.history.bucket_s,
+            "minutes": traffic.history.minutes(now_s, list(backend_names)),
+        },
         "backends": {
             name: {
                 "requests": t.num_requests,
@@ -176,12 +180,14 @@ def status_html(data: dict[str, Any]) -> bytes:
         band_line = f"Band: {e(band or 'none yet')}"
     meaning = e(data["band_meaning"] or "no settled band yet")
     changes = "".join(f"<li>{e(c['message'])}</li>" for c in reversed(data["band_changes"]))
+    history = _history_html(data["history"]["minutes"])
     page = f"""<!doctype html><html><head><meta charset=utf-8>
 <meta http-equiv=refresh content={REFRESH_S}>
 <title>kvroute traffic shape</title><style>
 body{{font:14px system-ui,sans-serif;margin:2em;max-width:60em;color:#222}}
 table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:left}}
-.big{{font-size:2.4em;margin:.2em 0}}.band{{border-left:6px solid {colour};padding:.3em .8em}}
+.big{{font-size:2.4em;margin:.2em 0}}.bar{{display:inline-block;height:.7em;background:#37c;margin-right:.4em}}
+td.n{{text-align:right;font-variant-numeric:tabular-nums}}.band{{border-left:6px solid {colour};padding:.3em .8em}}
 </style></head><body>
 <h1>Live traffic shape</h1>
 <p>Window: the last {w["num_requests"]} requests (at most {w["max_requests"]}, none older
@@ -194,10 +200,38 @@ held {data["band_hold_s"]:g} s.</p>
 <h2>Share by workload class</h2><table><tr><th>class</th><th>share</th></tr>{rows}</table>
 <h2>Backends</h2><table><tr><th>backend</th><th>requests</th><th>engine-reported hit</th>
 <th>predicted / reported cached tokens</th><th>prediction error ÷ prompt</th></tr>{brows}</table>
+{history}
 <p>Reloads every {REFRESH_S} s. JSON: <a href="?format=json">?format=json</a></p>
 </body></html>
 """
     return page.encode()
+
+
+def _history_html(minutes: list[dict[str, Any]]) -> str:
+    """The last minutes, newest first: requests (with a bar), the prefix overlap of
+    that minute's tokenized requests, and each backend's requests and engine hit."""
+    if not minutes:
+        return "<h2>Last minutes</h2><p>No request answered yet.</p>"
+    e = html.escape
+    names = list(minutes[0]["backends"])
+    peak = max(m["requests"] for m in minutes) or 1
+    head = "".join(f"<th>{e(n)}: requests · hit</th>" for n in names)
+    rows = []
+    for m in minutes:
+        when = "this minute" if m["age_min"] == 0 else f"{m['age_min']} min ago"
+        bar = f"<span class=bar style=width:{4 * m['requests'] / peak:.2f}em></span>"
+        cells = "".join(
+            f"<td class=n>{b['requests']} · {_pct(b['hit_ratio'])}</td>"
+            for b in m["backends"].values()
+        )
+        rows.append(
+            f"<tr><td>{when}</td><td class=n>{bar}{m['requests']}</td>"
+            f"<td class=n>{_pct(m['prefix_overlap'])}</td>{cells}</tr>"
+        )
+    return (
+        "<h2>Last minutes</h2><table><tr><th>minute</th><th>requests</th>"
+        f"<th>prefix overlap</th>{head}</tr>{''.join(rows)}</table>"
+    )
 
 
 class TrafficMetrics:
