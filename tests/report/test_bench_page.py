@@ -174,3 +174,20 @@ def test_endpoints_with_different_threads_get_a_caveat_on_the_page_and_in_the_te
         res, runs=[computed(r, 1, None) if r.endpoint.name == "llama" else r for r in res.runs]
     )
     assert "vllm not recorded (add threads=N" in render_page(bench_page(half, NOW))
+
+
+def test_a_narrow_terminal_keeps_the_load_and_names_the_columns_left_out() -> None:
+    def text(width: int, wide: bool) -> str:
+        console = Console(file=io.StringIO(), width=width, record=True)
+        render_result(result(0.2), console, wide=wide)
+        return console.export_text()
+
+    narrow = text(70, wide=False)
+    rows = [line for line in narrow.splitlines() if line.startswith(("llama ", "vllm "))]
+    assert len(rows) == 4 and all("rate=" in r for r in rows)  # one line a run, load shown
+    assert {r.split()[1] for r in rows} == {"rate=2/s", "rate=4/s"}
+    assert "left out to fit 70 columns:" in narrow and "--wide shows them" in narrow
+    wide = text(70, wide=True)
+    rows = [line for line in wide.splitlines() if line.startswith(("llama ", "vllm "))]
+    assert len(rows) == 4 and max(len(r) for r in rows) > 70  # every column, whole
+    assert "left out" not in wide
