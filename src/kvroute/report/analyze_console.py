@@ -182,7 +182,10 @@ def _groups_table(r: AnalysisResult, width: int, *, show_text: bool) -> Table:
         title_justify="left",
         caption=f"the top {shown} of "
         + fmt.plural(r.groups.num_groups, "shared prefix", "shared prefixes")
-        + (" (--top N shows more)" if r.groups.num_groups > shown else ""),
+        + " (--top N shows more)"
+        if r.groups.num_groups > shown
+        # --top asked for more than there are: say so, or the short table looks cut
+        else f"all {fmt.plural(shown, 'shared prefix', 'shared prefixes')} the trace has",
         caption_justify="left",
     )
     for name in ("#", "requests", "tokens", "saved", "of reuse"):
