@@ -280,7 +280,10 @@ class LocalEngines:
         taken = {r.port for r in self._state.records()}
         if ports:
             if len(ports) != replicas:
-                raise UsageError(f"{len(ports)} ports given for {replicas} replicas")
+                raise UsageError(
+                    f"{len(ports)} port{'' if len(ports) == 1 else 's'} given for "
+                    f"{replicas} replica{'' if replicas == 1 else 's'}"
+                )
             for port in ports:
                 if port in taken or not port_is_free(port):
                     raise EngineError(f"port {port} on {HOST} is in use")

@@ -44,7 +44,7 @@ def _headline(r: AnalysisResult) -> Parts:
         [
             f"[bold]kvroute analyze[/] {tr.path}",
             tr.format,
-            f"{fmt.count(tr.num_requests)} requests",
+            fmt.plural(tr.num_requests, "request"),
             f"{fmt.count(tr.num_skipped)} skipped" if tr.num_skipped else "",
             f"{fmt.tokens(r.overlap.prompt_tokens)} prompt tokens",
             f"tokenizer {tr.tokenizer}" if tr.tokenizer else "block hashes",

@@ -73,7 +73,7 @@ def render_result(result: BenchResult, console: Console, *, wide: bool = False) 
         Parts(
             [
                 f"[bold]kvroute bench[/] {w.name}",
-                f"{fmt.count(w.num_requests)} requests",
+                fmt.plural(w.num_requests, "request"),
                 f"seed {w.seed}",
                 f"prompt p50 {fmt.tokens(w.prompt_tokens.p50)} tokens",
                 f"ideal overlap {fmt.percent(w.ideal_overlap)}"

@@ -54,7 +54,7 @@ def saturation_text(run: EngineRun) -> str | None:
     text += "; its hit ratio is a backlog's, not live traffic's"
     slots = run.settings.get("num_slots")
     if run.engine == "llamacpp" and isinstance(slots, int):
-        text += f". It runs {slots} requests at once ({slots_text(slots)})"
+        text += f". It runs {fmt.plural(slots, 'request')} at once ({slots_text(slots)})"
     return text + "."
 
 
@@ -62,7 +62,7 @@ def slots_text(num_slots: int) -> str:
     """What llama.cpp's slot count is, in words: the default is worth saying so."""
     if num_slots == 4:
         return "4 slots: llama-server's default --parallel; --parallel N to change"
-    return f"{num_slots} slots, --parallel {num_slots}"
+    return f"{fmt.plural(num_slots, 'slot')}, --parallel {num_slots}"
 
 
 def _engine_row(run: EngineRun, best: float) -> list[str]:
@@ -99,7 +99,7 @@ def _headline(r: SimulationResult) -> Parts:
         [
             f"[bold]kvroute simulate[/] {tr.path}",
             tr.format,
-            f"{fmt.count(tr.num_requests)} requests",
+            fmt.plural(tr.num_requests, "request"),
             f"{fmt.tokens(tr.prompt_tokens)} prompt tokens",
             f"tokenizer {tr.tokenizer}" if tr.tokenizer else "",
             f"{tr.block_size_tokens}-token block hashes" if tr.block_size_tokens else "",
@@ -156,7 +156,7 @@ def _details_line(run: EngineRun) -> Parts:
 
 def _vs_reported_line(engine: str, v: CachedTokensComparison) -> str:
     return (
-        f"{engine} vs engine-reported cached tokens ({fmt.count(v.num_requests)} requests): "
+        f"{engine} vs engine-reported cached tokens ({fmt.plural(v.num_requests, 'request')}): "
         f"predicted {fmt.percent(v.predicted_hit_ratio)}, reported {fmt.percent(v.observed_hit_ratio)}, "
         f"mean |error| {v.mean_abs_error_tokens:.1f} tokens"
     )
