@@ -100,6 +100,7 @@ def _headline(r: SimulationResult) -> Parts:
             f"[bold]kvroute simulate[/] {tr.path}",
             tr.format,
             fmt.plural(tr.num_requests, "request"),
+            f"{fmt.count(tr.num_skipped)} skipped" if tr.num_skipped else "",
             f"{fmt.tokens(tr.prompt_tokens)} prompt tokens",
             f"tokenizer {tr.tokenizer}" if tr.tokenizer else "",
             f"{tr.block_size_tokens}-token block hashes" if tr.block_size_tokens else "",
