@@ -299,7 +299,7 @@ def test_bench_report_html_dash_and_an_interrupted_result(
     assert code == 0, err
     assert out.startswith("<!DOCTYPE html>") and "Interrupted by Ctrl-C" in out
     assert out.index("Interrupted by Ctrl-C") < out.index("<table")
-    assert err.startswith("INTERRUPTED BY CTRL-C") and "1 finished run(s) and 1 cut short" in err
+    assert err.startswith("INTERRUPTED BY CTRL-C") and "1 finished run and 1 cut short" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
     code, out, err = run("bench", "compare", str(saved), str(saved), "--json", "-", "--html", "-")
     assert_one_line_usage_error(code, err, "--json", "--html", "standard output")

@@ -12,6 +12,7 @@ from click.core import ParameterSource
 from kvroute.cli.console import make_console
 from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, parse_pairs
 from kvroute.errors import EngineError, KvrouteError, UsageError
+from kvroute.report.fmt import plural
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -352,7 +353,7 @@ def _after_writing(
         num_cut = sum(1 for r in result.runs if r.interrupted)
         cut = f' and {num_cut} cut short, marked "interrupted": true' if num_cut else ""
         console.print(
-            f"Ctrl-C: the result holds the {len(result.runs) - num_cut} finished run(s){cut} "
+            f"Ctrl-C: the result holds {plural(len(result.runs) - num_cut, 'finished run')}{cut} "
             "(docs/bench.md, Results)"
         )
         raise KeyboardInterrupt

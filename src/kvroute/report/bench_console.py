@@ -50,8 +50,8 @@ def interrupted_text(result: BenchResult) -> str | None:
         else ""
     )
     return (
-        f"The benchmark was stopped before the end. It holds {len(result.runs) - num_cut} "
-        f"finished run(s){cut}; the steps, repeats and endpoints after it are missing "
+        "The benchmark was stopped before the end. It holds "
+        f"{fmt.plural(len(result.runs) - num_cut, 'finished run')}{cut}; the steps, repeats and endpoints after it are missing "
         "(docs/bench.md, Results)."
     )
 

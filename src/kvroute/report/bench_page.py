@@ -18,6 +18,7 @@ from kvroute.report.bench_rows import (
     DIFF_HEADERS,
     RUN_HEADERS,
     SUMMARY_GROUPS,
+    compute_text,
     diff_cells,
     endpoint_caveats,
     error_lines,
@@ -70,7 +71,14 @@ def _workload_facts(result: BenchResult) -> KeyValues:
     """The workload, its endpoints and how the runs were scheduled."""
     w = result.workload
     endpoints = sorted(
-        {f"{r.endpoint.name} ({r.endpoint.engine or 'unknown engine'})" for r in result.runs}
+        {
+            f"{r.endpoint.name} ("
+            + ", ".join(
+                p for p in (r.endpoint.engine or "unknown engine", compute_text(r.endpoint)) if p
+            )
+            + ")"
+            for r in result.runs
+        }
     )
     return KeyValues(
         [
@@ -210,7 +218,8 @@ def bench_page(result: BenchResult, generated_at: datetime) -> Page:
     runs = result.runs
     return Page(
         title="kvroute bench" + (" (interrupted)" if result.interrupted else ""),
-        subtitle=f"{result.workload.name} against {len({r.endpoint.name for r in runs})} endpoint(s)",
+        subtitle=f"{result.workload.name} against "
+        + fmt.plural(len({r.endpoint.name for r in runs}), "endpoint"),
         lead=[
             *_interrupted_callouts(("", result)),
             *_headline_callouts(runs),
