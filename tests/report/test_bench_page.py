@@ -191,3 +191,12 @@ def test_a_narrow_terminal_keeps_the_load_and_names_the_columns_left_out() -> No
     rows = [line for line in wide.splitlines() if line.startswith(("llama ", "vllm "))]
     assert len(rows) == 4 and max(len(r) for r in rows) > 70  # every column, whole
     assert "left out" not in wide
+
+
+def test_a_difference_of_float_noise_reads_as_zero() -> None:
+    from kvroute.bench.compare import Diff
+    from kvroute.report.bench_rows import diff_cells
+
+    d = Diff("TPOT p50", "s", 0.05, 0.05, 0.0, 0.0, -5.55e-17, 5.55e-17, True, None)
+    cells = diff_cells(d)
+    assert cells[5] == "[+0 s, +0 s]", cells

@@ -184,9 +184,15 @@ def diff_cells(d: Diff) -> list[str]:
             return "—"
         return dur(v) if d.unit == "s" else pct(v) if d.unit == "share" else f"{num(v)}/s"
 
+    # A difference below a millionth of the figures themselves is float noise of
+    # zero ("+0.0000000555 ns" said nothing a reader could use).
+    scale = max(abs(d.a or 0.0), abs(d.b or 0.0))
+
     def delta(v: float | None) -> str:
         if v is None:
             return "—"
+        if abs(v) <= 1e-6 * scale:
+            v = 0.0
         sign = "+" if v >= 0 else "-"
         return sign + value(abs(v)) if d.unit != "share" else f"{v * 100:+.1f} pp"
 
