@@ -200,3 +200,13 @@ def test_a_difference_of_float_noise_reads_as_zero() -> None:
     d = Diff("TPOT p50", "s", 0.05, 0.05, 0.0, 0.0, -5.55e-17, 5.55e-17, True, None)
     cells = diff_cells(d)
     assert cells[5] == "[+0 s, +0 s]", cells
+
+
+def test_compare_says_when_a_and_b_ran_with_different_threads() -> None:
+    a, b = result(0.2), result(0.3)
+    b = replace(b, runs=[replace(r, endpoint=replace(r.endpoint, threads=2)) for r in b.runs])
+    a = replace(a, runs=[replace(r, endpoint=replace(r.endpoint, threads=1)) for r in a.runs])
+    body = render_page(compare_page(a, b, compare(a, b), NOW))
+    assert "A and B did not run alike" in body and "A llama 1 thread, B llama 2 threads" in body
+    same = render_page(compare_page(a, a, compare(a, a), NOW))
+    assert "did not run alike" not in same

@@ -247,10 +247,16 @@ def compare_page(a: BenchResult, b: BenchResult, pairs: list[Pair], generated_at
             r for r in b.runs if r.endpoint.name == pair.endpoint_b and r.load.label == pair.load
         ]
         named = [_renamed(r, "A") for r in runs_a[:1]] + [_renamed(r, "B") for r in runs_b[:1]]
+        unlike = [
+            Callout(CalloutKind.WARN, "A and B did not run alike", " ".join(caveats))
+            for caveats in [endpoint_caveats(named)]
+            if caveats
+        ]
         sections.append(
             Section(
                 f"A {pair.endpoint_a} vs B {pair.endpoint_b} · {pair.load}",
                 [
+                    *unlike,
                     Paragraph(
                         "Noise: "
                         + (
