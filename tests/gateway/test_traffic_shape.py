@@ -249,6 +249,15 @@ def test_status_numbers_of_an_idle_window() -> None:
     assert "<td>b1</td><td>0</td>" in page and "http-equiv=refresh" in page
 
 
+def test_an_empty_window_on_a_tokenizing_gateway_says_not_yet_rather_than_never() -> None:
+    t = TrafficShape(TrafficConfig())
+    data = status(t, 0.0, ["b1"], tokenizes=True)
+    assert data["overlap_note"].startswith("prefix overlap not measured yet")
+    page = status_html(data).decode()
+    assert "no cache_aware route" not in page and "no request in the window yet" in page
+    assert status(t, 0.0)["overlap_note"].startswith("prefix overlap not measured: no cache_aware")
+
+
 def test_the_page_says_a_band_is_settling_rather_than_none() -> None:
     t = TrafficShape(TrafficConfig(min_requests=2, band_hold_s=600))
     for i in range(4):
@@ -279,9 +288,12 @@ def test_the_status_keeps_the_last_minutes_per_backend_and_the_page_shows_them()
     page = status_html(data).decode()
     assert "<h2>Last minutes</h2>" in page
     assert "<td>2 min ago</td>" in page and "<td class=n>2 · 50.0 %</td>" in page
-    assert status_html(status(TrafficShape(TrafficConfig()), 0.0)).decode().count(
-        "No request answered yet"
-    ) == 1
+    assert (
+        status_html(status(TrafficShape(TrafficConfig()), 0.0))
+        .decode()
+        .count("No request answered yet")
+        == 1
+    )
 
 
 def test_history_keeps_half_an_hour() -> None:

@@ -22,6 +22,12 @@ NOT_TOKENIZED = (
 )
 
 
+NO_TOKENIZED_YET = (
+    "prefix overlap not measured yet: no tokenized request answered in the window so far "
+    "(the cache_aware route or capture tokenizes each prompt it sees)"
+)
+
+
 def observe_request(traffic: TrafficShape, ctx: RequestContext, now_s: float) -> None:
     """A finished request that was not tokenized: class, backend, engine usage."""
     traffic.observe(
@@ -71,10 +77,16 @@ def observing_finish(
 
 
 def status(
-    traffic: TrafficShape, now_s: float, backend_names: Sequence[str] = ()
+    traffic: TrafficShape,
+    now_s: float,
+    backend_names: Sequence[str] = (),
+    *,
+    tokenizes: bool = False,
 ) -> dict[str, Any]:
     """The window's numbers (the JSON of ``/kvroute/status?format=json``).
-    ``backend_names``: the configured backends, listed (with zeros) even when idle."""
+    ``backend_names``: the configured backends, listed (with zeros) even when idle;
+    ``tokenizes``: a cache_aware route or capture tokenizes prompts, so an unmeasured
+    overlap only means none has been answered in the window yet."""
     traffic.refresh(now_s)
     cfg = traffic.config
     overlap = traffic.overlap
@@ -90,7 +102,11 @@ def status(
         "prefix_overlap": overlap,
         "prompt_tokens": traffic.num_tokens,
         "reused_tokens": traffic.matched_tokens,
-        "overlap_note": None if overlap is not None else NOT_TOKENIZED,
+        "overlap_note": None
+        if overlap is not None
+        else NO_TOKENIZED_YET
+        if tokenizes
+        else NOT_TOKENIZED,
         "band_now": level.value if level is not None else None,
         "band": traffic.band.value if traffic.band is not None else None,
         "band_meaning": BAND_WORDS[traffic.band] if traffic.band is not None else None,
@@ -153,8 +169,11 @@ def status_html(data: dict[str, Any]) -> bytes:
     colour = {"equivalent": "#2b7", "grey_zone": "#c90", "radix_pays": "#37c"}.get(
         band or "", "#888"
     )
-    rows = "".join(
-        f"<tr><td>{e(k)}</td><td>{_pct(v)}</td></tr>" for k, v in data["class_shares"].items()
+    rows = (
+        "".join(
+            f"<tr><td>{e(k)}</td><td>{_pct(v)}</td></tr>" for k, v in data["class_shares"].items()
+        )
+        or "<tr><td colspan=2>no request in the window yet</td></tr>"
     )
     brows = "".join(
         f"<tr><td>{e(name)}</td><td>{b['requests']}</td><td>{_pct(b['hit_ratio'])}</td>"
@@ -187,7 +206,7 @@ def status_html(data: dict[str, Any]) -> bytes:
 body{{font:14px system-ui,sans-serif;margin:2em;max-width:60em;color:#222}}
 table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:left}}
 .big{{font-size:2.4em;margin:.2em 0}}.bar{{display:inline-block;height:.7em;background:#37c;margin-right:.4em}}
-td.n{{text-align:right;font-variant-numeric:tabular-nums}}.band{{border-left:6px solid {colour};padding:.3em .8em}}
+td.n{{text-align:right;font-variant-numeric:tabular-nums}}td:first-child{{white-space:nowrap}}.band{{border-left:6px solid {colour};padding:.3em .8em}}
 </style></head><body>
 <h1>Live traffic shape</h1>
 <p>Window: the last {w["num_requests"]} requests (at most {w["max_requests"]}, none older
