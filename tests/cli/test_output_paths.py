@@ -318,3 +318,16 @@ def test_usage_errors_read_like_every_other_error() -> None:
     ]
     result = CliRunner().invoke(build_cli(), ["nope"])
     assert result.exit_code == 2 and "`kvroute --help` lists the commands" in result.stderr
+
+
+def test_a_missing_choice_option_is_one_error_line_naming_the_choices() -> None:
+    from click.testing import CliRunner
+
+    from kvroute.cli.main import build_cli
+
+    result = CliRunner().invoke(build_cli(), ["predict", "t.jsonl", "-g", "h100-80gb"])
+    assert result.exit_code == 2
+    first, hint = result.stderr.splitlines()
+    assert first.startswith("error: Missing option '--engine' / '-e'. Choose from: ")
+    assert all(e in first for e in ("vllm", "sglang", "llamacpp")) and "\t" not in first
+    assert hint == "hint: `kvroute predict --help` lists the options"

@@ -82,7 +82,8 @@ class _Main(click.Group):
             # alike: one "error:" line, one "hint:" line, exit 2.
             at = exc.ctx or ctx
             what = "commands" if isinstance(at.command, click.Group) else "options"
-            click.secho(f"error: {exc.format_message()}", fg="red", err=True)
+            # one line: click lists choices on tab-indented lines of their own
+            click.secho(f"error: {' '.join(exc.format_message().split())}", fg="red", err=True)
             click.echo(f"hint: `{at.command_path} --help` lists the {what}", err=True)
             ctx.exit(2)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
