@@ -99,7 +99,7 @@ def render_result(result: BenchResult, console: Console, *, wide: bool = False) 
     if wide:
         print_wide(console, build(keep))
     else:
-        # The first three name the run (endpoint, load, repeat): a sweep's rows would
+        # The first three name the run (endpoint, load, cache state): a sweep's rows would
         # look alike without the load.
         table, dropped = fit_columns(console, build, keep, essential=3)
         console.print(table)
