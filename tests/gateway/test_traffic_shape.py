@@ -287,7 +287,7 @@ def test_the_status_keeps_the_last_minutes_per_backend_and_the_page_shows_them()
     assert minutes[0]["backends"]["b3"] == {"requests": 0, "hit_ratio": None}  # idle, listed
     page = status_html(data).decode()
     assert "<h2>Last minutes</h2>" in page
-    assert "<td>2 min ago</td>" in page and "<td class=n>2 · 50.0 %</td>" in page
+    assert "<td>2 min ago</td>" in page and "<td class=n>2 · 50.0\xa0%</td>" in page
     assert (
         status_html(status(TrafficShape(TrafficConfig()), 0.0))
         .decode()

@@ -158,7 +158,8 @@ REFRESH_S = 10
 
 
 def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:.1f} %"
+    # a non-breaking space: the browser never wraps "40.0" from its "%"
+    return "–" if x is None else f"{100 * x:.1f}\u00a0%"
 
 
 def status_html(data: dict[str, Any]) -> bytes:
@@ -206,7 +207,7 @@ def status_html(data: dict[str, Any]) -> bytes:
 body{{font:14px system-ui,sans-serif;margin:2em;max-width:60em;color:#222}}
 table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:left}}
 .big{{font-size:2.4em;margin:.2em 0}}.bar{{display:inline-block;height:.7em;background:#37c;margin-right:.4em}}
-td.n{{text-align:right;font-variant-numeric:tabular-nums}}td:first-child{{white-space:nowrap}}.band{{border-left:6px solid {colour};padding:.3em .8em}}
+td.n{{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}}td:first-child{{white-space:nowrap}}.band{{border-left:6px solid {colour};padding:.3em .8em}}
 </style></head><body>
 <h1>Live traffic shape</h1>
 <p>Window: the last {w["num_requests"]} requests (at most {w["max_requests"]}, none older

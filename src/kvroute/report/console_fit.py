@@ -14,13 +14,14 @@ keep every value whole:
 from __future__ import annotations
 
 import io
-import re
 from collections.abc import Callable, Iterable, Sequence
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
+
+from kvroute.report.escape import VALUE_SPACES
 
 
 class Parts:
@@ -52,13 +53,8 @@ class Parts:
             yield line
 
 
-_GLUED = re.compile(
-    r"(?<=\d) (?=(?:%|pp|[nµm]?s|min|h|d|[KMGT]i?B|tokens?|req/s|x|×|[kM]i?)(?:\W|$))"
-    r"|(?:(?<=\bmin)|(?<=\bh)|(?<=\bd)) (?=\d)"
-    r"| (?=/ )|(?<= /) "
-)
-"""Spaces that are part of a value: ``57.0 %``, ``93.1 ms``, ``2 min 05 s``, ``4.6 pp``,
-``282k``-style counts with a unit word, and ``p50 / p90``."""
+_GLUED = VALUE_SPACES
+"""Spaces that are part of a value (shared with the HTML pages)."""
 
 
 class Prose:
