@@ -191,7 +191,8 @@ def _groups_table(r: AnalysisResult, width: int, *, show_text: bool) -> Table:
     for name in ("#", "requests", "tokens", "saved", "of reuse"):
         t.add_column(name, justify="right", no_wrap=True)
     if show_text:
-        t.add_column("text", overflow="ellipsis", no_wrap=True, max_width=max(16, width - 50))
+        # the text gives way first: the numbers keep their width down to ~60 columns
+        t.add_column("text", overflow="ellipsis", no_wrap=True, max_width=max(4, width - 50))
     for g in r.groups.top:
         row = [
             str(g.rank),
