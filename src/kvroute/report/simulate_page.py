@@ -19,7 +19,7 @@ from kvroute.report.html import (
     Section,
     Table,
 )
-from kvroute.report.simulate_console import capacity_line, saturation_text
+from kvroute.report.simulate_console import capacity_line, saturation_text, slots_text
 from kvroute.report.simulate_validation import validation_section
 from kvroute.report.svg import Bars, RefLine, Series, bar_chart, line_chart
 from kvroute.validate.result import ValidationResult
@@ -114,6 +114,13 @@ def _run_facts(r: SimulationResult) -> KeyValues:
                 + (f", {tr.block_size_tokens}-token blocks" if tr.block_size_tokens else ""),
             ),
             ("KV pool", capacity_line(r)),
+            *[
+                ("llama.cpp slots", slots_text(slots))
+                for run in r.engines
+                if run.engine == "llamacpp"
+                for slots in [run.settings.get("num_slots")]
+                if isinstance(slots, int)
+            ],
             ("arrivals", r.replay.arrivals),
             (
                 "run times",
