@@ -11,11 +11,20 @@ from rich.table import Table
 from kvroute.cli.console import make_console
 from kvroute.report.console_fit import Parts, Prose, fit_columns, natural_width
 
-VALUES = ["29.8 %", "58 min 57 s", "93.1 ms", "+4.6 pp", "p50 / p90 / max", "1.2 GiB", "352 tokens"]
+VALUES = [
+    "29.8 %",
+    "58 min 57 s",
+    "93.1 ms",
+    "+4.6 pp",
+    "p50 / p90 / max",
+    "1.2 GiB",
+    "352 tokens",
+    "CPUs 0-1",
+]
 SENTENCE = (
     "Of all prompt tokens, 29.8 % are reused; the queue waits 58 min 57 s at p90 and "
     "93.1 ms at p50, engine hit +4.6 pp, p50 / p90 / max shown, 1.2 GiB pinned, the "
-    "largest prefix 352 tokens long."
+    "largest prefix 352 tokens long, on CPUs 0-1."
 )
 
 
