@@ -7,6 +7,8 @@ gateway to OpenAI-style error JSON. ``exit_code`` is the CLI's documented code.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class KvrouteError(Exception):
     """Base of every error kvroute raises on purpose. ``hint`` says how to fix it."""
@@ -52,6 +54,21 @@ class InputError(KvrouteError):
         prefix = ", ".join(parts)
         super().__init__(f"{prefix}: {message}" if prefix else message, hint=hint)
         self.bare_message = message
+
+
+class InputErrors(InputError):
+    """Several input errors found in one pass (a config checked whole), in file order;
+    the CLI prints each on its own ``error:`` line. Its own place is the first one's."""
+
+    def __init__(self, errors: Sequence[InputError]) -> None:
+        if not errors:
+            raise ValueError("InputErrors needs at least one error")
+        first = errors[0]
+        super().__init__(
+            first.bare_message, path=first.path, line=first.line, field=first.field, hint=first.hint
+        )
+        self.errors = tuple(errors)
+        self.message = "; ".join(e.message for e in self.errors)
 
 
 class EmptyTraceError(InputError):

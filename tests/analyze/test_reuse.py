@@ -76,3 +76,23 @@ def test_reuse_time_bins_are_round_1_2_5_edges() -> None:
     edges, counts = _log_hist(np.array([0.00012, 0.003, 0.04, 0.9]))
     assert edges[:4] == [0.0001, 0.0002, 0.0005, 0.001] and sum(counts) == 4
     assert bin_labels(edges, fmt.duration)[0] == "100 µs–200 µs"
+
+
+def test_reuse_time_bins_past_a_minute_are_clock_steps() -> None:
+    import numpy as np
+
+    from kvroute.analyze.reuse import _log_hist
+    from kvroute.report import fmt
+    from kvroute.report.svg import bin_labels
+
+    edges, counts = _log_hist(np.array([0.5, 30.0, 90.0, 400.0, 2000.0]))
+    assert sum(counts) == 5
+    labels = bin_labels(edges, fmt.duration)
+    assert labels[-6:] == (
+        "50 s–1 min",
+        "1 min–2 min",
+        "2 min–5 min",
+        "5 min–10 min",
+        "10 min–30 min",
+        "30 min–1 h",
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -205,3 +206,12 @@ def test_no_model_warning_when_names_match_or_nothing_is_tokenized(
     code, out, err = run("analyze", str(hashed), "--json", "-", "-q")
     assert code == 0 and json.loads(out)["trace"]["models"] == {"gpt-4o": 4}
     assert "warning" not in err
+
+
+def test_a_top_larger_than_the_trace_says_every_shared_prefix_is_shown(sample: Path) -> None:
+    code, out, _ = run("analyze", str(sample), "--top", "100000", "--workers", "1")
+    assert code == 0
+    found = re.search(r"all ([\d,]+) shared prefixes the trace has", out)
+    assert found is not None, out
+    code, out, _ = run("analyze", str(sample), "--top", "2", "--workers", "1")
+    assert f"the top 2 of {found.group(1)} shared prefixes (--top N shows more)" in out

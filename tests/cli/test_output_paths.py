@@ -299,7 +299,7 @@ def test_bench_report_html_dash_and_an_interrupted_result(
     assert code == 0, err
     assert out.startswith("<!DOCTYPE html>") and "Interrupted by Ctrl-C" in out
     assert out.index("Interrupted by Ctrl-C") < out.index("<table")
-    assert err.startswith("INTERRUPTED BY CTRL-C") and "1 finished run(s) and 1 cut short" in err
+    assert err.startswith("INTERRUPTED BY CTRL-C") and "1 finished run and 1 cut short" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
     code, out, err = run("bench", "compare", str(saved), str(saved), "--json", "-", "--html", "-")
     assert_one_line_usage_error(code, err, "--json", "--html", "standard output")
@@ -318,3 +318,16 @@ def test_usage_errors_read_like_every_other_error() -> None:
     ]
     result = CliRunner().invoke(build_cli(), ["nope"])
     assert result.exit_code == 2 and "`kvroute --help` lists the commands" in result.stderr
+
+
+def test_a_missing_choice_option_is_one_error_line_naming_the_choices() -> None:
+    from click.testing import CliRunner
+
+    from kvroute.cli.main import build_cli
+
+    result = CliRunner().invoke(build_cli(), ["predict", "t.jsonl", "-g", "h100-80gb"])
+    assert result.exit_code == 2
+    first, hint = result.stderr.splitlines()
+    assert first.startswith("error: Missing option '--engine' / '-e'. Choose from: ")
+    assert all(e in first for e in ("vllm", "sglang", "llamacpp")) and "\t" not in first
+    assert hint == "hint: `kvroute predict --help` lists the options"

@@ -86,6 +86,8 @@ def test_hash_only_trace_json_html_and_sweep(
     html = out_html.read_text()
     assert html.startswith("<!DOCTYPE html>") and html.count("<svg") >= 4
     assert "Hit ratio vs KV capacity" in html
+    # the page says the 4 slots it modelled are llama-server's default, as the terminal does
+    assert "llama.cpp slots</th><td>4 slots: llama-server&#x27;s default --parallel" in html
 
 
 def test_unbounded_matches_the_ideal_without_outputs(

@@ -58,3 +58,16 @@ def test_malformed_record_names_the_file(tmp_path: Path) -> None:
 def test_default_state_dir() -> None:
     assert default_state_dir({"KVROUTE_STATE_DIR": "/x/y"}) == Path("/x/y")
     assert default_state_dir({"KVROUTE_CACHE": "/c"}) == Path("/c/state")
+
+
+def test_threads_and_cpus_round_trip_and_older_records_still_read(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    state = StateDir(tmp_path)
+    rec = replace(_record(), threads=1, cpus=(0,))
+    state.add(rec)
+    assert state.records() == [rec]
+    old = rec.to_json()
+    del old["threads"], old["cpus"]
+    again = EngineRecord.from_json(old)
+    assert again.threads is None and again.cpus == ()

@@ -176,3 +176,24 @@ def test_check_creates_a_missing_capture_directory(tmp_path: Path) -> None:
     )
     result = CliRunner().invoke(serve_cmd, ["--config", str(path), "--check"])
     assert result.exit_code == 0 and (tmp_path / "new" / "cap").is_dir()
+
+
+def test_check_lists_every_config_error_on_its_own_line(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        "backends:\n"
+        "  - {name: a, url: 'ftp://x', engine: vllm}\n"
+        "  - {name: b, url: 'http://127.0.0.1:1', engine: vlm}\n"
+        "routes: [{pool: default, policy: magic}]\n"
+    )
+    result = CliRunner().invoke(build_cli(), ["serve", "--config", str(path), "--check"])
+    assert result.exit_code == 3
+    lines = result.stderr.splitlines()
+    assert lines[:2] == [
+        f"error: {path}:2, field 'backends[0].url': must be an http://host:port URL, got 'ftp://x'",
+        f"error: {path}:3, field 'backends[1].engine': unknown engine 'vlm' "
+        "(valid: llamacpp, vllm, sglang)",
+    ]
+    assert lines[2].startswith(f"error: {path}:4, field 'routes[0].policy': unknown policy 'magic'")
+    assert len(lines) == 3
+    assert "ok:" not in result.stdout

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvroute.errors import InputError
+from kvroute.errors import InputError, InputErrors
 from kvroute.gateway.config.gateway import ANY_POOL, parse_config
 from kvroute.gateway.types import WorkloadClass
 
@@ -107,3 +107,48 @@ def test_upstream_key_from_environment() -> None:
     text = "backends:\n  - {name: a, url: 'http://h:1', engine: vllm, api_key_env: K}\n"
     c = parse_config(text, "x.yaml", env={"K": "sk-up"})
     assert c.backends[0].api_key == "sk-up" and "sk-up" not in repr(c)
+
+
+def test_every_error_is_reported_at_once_with_its_line_and_field() -> None:
+    text = """\
+listener:
+  port: 99999
+  colour: blue
+backends:
+  - name: a
+    url: ftp://x
+    engine: vlm
+  - {name: b, url: 'http://127.0.0.1:8081', engine: llamacpp, weight: -1, pool: chat}
+routes:
+  - {pool: chat, policy: magic}
+  - {pool: nowhere}
+limits:
+  max_queue: many
+"""
+    with pytest.raises(InputErrors) as info:
+        parse_config(text, "gw.yaml")
+    found = [(e.line, e.field) for e in info.value.errors]
+    assert found == [
+        (2, "listener.port"),
+        (3, "listener.colour"),
+        (6, "backends[0].url"),
+        (7, "backends[0].engine"),
+        (8, "backends[1].weight"),
+        (10, "routes[0].policy"),
+        (11, "routes[1].pool"),
+        (13, "limits.max_queue"),
+    ]
+    assert all(e.path == "gw.yaml" for e in info.value.errors)
+
+
+def test_a_route_to_the_pool_of_a_backend_with_an_error_is_not_refused_too() -> None:
+    text = """\
+backends:
+  - {name: a, url: 'http://127.0.0.1:1', engine: vlm, pool: chat}
+routes:
+  - {pool: chat}
+"""
+    with pytest.raises(InputError) as info:
+        parse_config(text, "gw.yaml")
+    assert not isinstance(info.value, InputErrors)
+    assert info.value.field == "backends[0].engine"

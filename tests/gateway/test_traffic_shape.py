@@ -250,6 +250,15 @@ def test_status_numbers_of_an_idle_window() -> None:
     assert "<td>b1</td><td>0</td>" in page and "http-equiv=refresh" in page
 
 
+def test_an_empty_window_on_a_tokenizing_gateway_says_not_yet_rather_than_never() -> None:
+    t = TrafficShape(TrafficConfig())
+    data = status(t, 0.0, ["b1"], tokenizes=True)
+    assert data["overlap_note"].startswith("prefix overlap not measured yet")
+    page = status_html(data).decode()
+    assert "no cache_aware route" not in page and "no request in the window yet" in page
+    assert status(t, 0.0)["overlap_note"].startswith("prefix overlap not measured: no cache_aware")
+
+
 def test_the_page_says_a_band_is_settling_rather_than_none() -> None:
     t = TrafficShape(TrafficConfig(min_requests=2, band_hold_s=600))
     for i in range(4):
@@ -258,6 +267,42 @@ def test_the_page_says_a_band_is_settling_rather_than_none() -> None:
     assert data["band"] is None and data["band_now"] is not None
     page = status_html(data).decode()
     assert f"settling on {data['band_now']}" in page and "Band: none" not in page
+
+
+def test_the_status_keeps_the_last_minutes_per_backend_and_the_page_shows_them() -> None:
+    t = TrafficShape(TrafficConfig(window_s=30))
+    # minute 0: two requests on b1, the second repeating the first's blocks
+    feed(t, 1.0, prompt(1, 2), usage_prompt_tokens=32, reported_cached_tokens=0)
+    feed(t, 2.0, prompt(1, 2), usage_prompt_tokens=32, reported_cached_tokens=32)
+    # minute 2: one request on b2, no engine report; minute 1 idle
+    feed(t, 125.0, prompt(7), backend="b2")
+    data = status(t, 130.0, ["b1", "b2", "b3"])
+    assert data["window"]["num_requests"] == 1  # the window forgot minute 0; history did not
+    minutes = data["history"]["minutes"]
+    assert [m["age_min"] for m in minutes] == [0, 1, 2]
+    assert [m["requests"] for m in minutes] == [1, 0, 2]
+    assert minutes[2]["prefix_overlap"] == 0.5  # 32 of 64 tokens already in the window
+    assert minutes[1]["prefix_overlap"] is None  # nothing tokenized that minute
+    assert minutes[2]["backends"]["b1"] == {"requests": 2, "hit_ratio": 0.5}
+    assert minutes[0]["backends"]["b2"] == {"requests": 1, "hit_ratio": None}
+    assert minutes[0]["backends"]["b3"] == {"requests": 0, "hit_ratio": None}  # idle, listed
+    page = status_html(data).decode()
+    assert "<h2>Last minutes</h2>" in page
+    assert "<td>2 min ago</td>" in page and "<td class=n>2 · 50.0\xa0%</td>" in page
+    assert (
+        status_html(status(TrafficShape(TrafficConfig()), 0.0))
+        .decode()
+        .count("No request answered yet")
+        == 1
+    )
+
+
+def test_history_keeps_half_an_hour() -> None:
+    t = TrafficShape(TrafficConfig())
+    for minute in range(45):
+        feed(t, minute * 60.0, prompt(minute))
+    minutes = status(t, 44 * 60.0)["history"]["minutes"]
+    assert len(minutes) == 30 and minutes[-1]["age_min"] == 29
 
 
 # -- real llama-server replicas ----------------------------------------------------------

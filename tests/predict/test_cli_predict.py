@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -181,3 +182,12 @@ def test_predict_a_trace_uses_its_times_and_the_cache_models_hits(tmp_path: Path
     assert doc["num_requests"] == 600 and doc["num_rejected"] == 0
     assert doc["hit_ratio"] > 0.3  # the sample's shared system prompts and sessions hit
     assert sum(doc["requests"]["cached_tokens"]) > 0
+
+
+def test_the_terminal_table_fits_80_columns_with_every_interval_whole() -> None:
+    r = CliRunner().invoke(build_cli(), [*BASE, "--concurrency", "4"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0
+    rows = [line for line in r.stdout.splitlines() if re.search(r"\bp(50|90|99)\b", line)]
+    assert len(rows) == 12  # 4 metrics × 3 percentiles, a line each
+    for line in rows:
+        assert len(line) <= 80 and re.search(r"[\d.,]+ +[\d.,]+–[\d.,]+ +[\d.,]+–[\d.,]+ *$", line)

@@ -105,7 +105,7 @@ def test_an_interrupted_result_is_marked_at_the_top_of_its_page() -> None:
     body = html[html.index("<body") :]
     mark = body.index("Interrupted by Ctrl-C")
     assert mark < body.index("<table") and mark < body.index("<svg")
-    assert "3 finished run(s) and 1 cut short" in body
+    assert "3 finished runs and 1 cut short" in body
     assert body.count("rate=4/s (interrupted)") == 2  # the cut run, in both summary tables
     assert "nterrupted" not in render_page(bench_page(result(0.2), NOW))
 
@@ -124,7 +124,7 @@ def test_console_summary_of_an_interrupted_result_says_so_first() -> None:
 
     text = summary(interrupted(result(0.2)))
     assert text.startswith("INTERRUPTED BY CTRL-C"), text
-    assert "3 finished run(s) and 1 cut short" in text.splitlines()[0]
+    assert "3 finished runs and 1 cut short" in text
     assert "rate=4/s (interrupted)" in text
     assert "nterrupt" not in summary(result(0.2)).lower()
 
@@ -135,7 +135,8 @@ def test_the_page_leads_with_its_conclusion_and_splits_the_summary_to_fit() -> N
     res = replace(res, runs=[res.runs[0], res.runs[1], faster, res.runs[3]])
     body = render_page(bench_page(res, NOW))
     assert "Lowest TTFT p50 at each load" in body
-    assert "rate=2/s: vllm vs llama TTFT p50 -66 %" in body  # 0.1 s against 0.295 s
+    # 0.1 s against 0.295 s; the value's space does not break (a browser kept "%" alone)
+    assert "rate=2/s: vllm vs llama TTFT p50 -66\xa0%" in body
     # Two summary tables of at most 11 columns each, not one that scrolls sideways.
     tables = re.findall(r"<table>.*?</table>", body, flags=re.S)
     heads = [t.count('scope="col"') for t in tables[:2]]
@@ -144,3 +145,69 @@ def test_the_page_leads_with_its_conclusion_and_splits_the_summary_to_fit() -> N
     cold_warm = replace(res.runs[2], endpoint=replace(res.runs[2].endpoint, cache_state="warm"))
     body = render_page(bench_page(replace(res, runs=[res.runs[0], cold_warm]), NOW))
     assert "The endpoints did not run alike" in body and "llama cold, vllm warm" in body
+
+
+def test_endpoints_with_different_threads_get_a_caveat_on_the_page_and_in_the_terminal() -> None:
+    res = result(0.2)
+
+    def computed(r: Run, threads: int | None, cpus: list[int] | None) -> Run:
+        return replace(r, endpoint=replace(r.endpoint, threads=threads, cpus=cpus))
+
+    unlike = replace(
+        res,
+        runs=[
+            computed(r, 1, [0]) if r.endpoint.name == "llama" else computed(r, 2, [0, 1])
+            for r in res.runs
+        ],
+    )
+    body = render_page(bench_page(unlike, NOW))
+    assert "The endpoints did not run alike" in body
+    assert "llama 1 thread on CPU\xa00, vllm 2 threads on CPUs\xa00-1" in body  # never split
+    console = Console(file=io.StringIO(), width=300, record=True)
+    render_result(unlike, console)
+    assert (
+        "caveat: the endpoints did not run alike. Compute: llama 1 thread on CPU 0, vllm 2 "
+        "threads on CPUs 0-1" in console.export_text()
+    )
+    alike = replace(res, runs=[computed(r, 1, None) for r in res.runs])
+    assert "did not run alike" not in render_page(bench_page(alike, NOW))
+    half = replace(
+        res, runs=[computed(r, 1, None) if r.endpoint.name == "llama" else r for r in res.runs]
+    )
+    assert "vllm not recorded (add threads=N" in render_page(bench_page(half, NOW))
+
+
+def test_a_narrow_terminal_keeps_the_load_and_names_the_columns_left_out() -> None:
+    def text(width: int, wide: bool) -> str:
+        console = Console(file=io.StringIO(), width=width, record=True)
+        render_result(result(0.2), console, wide=wide)
+        return console.export_text()
+
+    narrow = text(70, wide=False)
+    rows = [line for line in narrow.splitlines() if line.startswith(("llama ", "vllm "))]
+    assert len(rows) == 4 and all("rate=" in r for r in rows)  # one line a run, load shown
+    assert {r.split()[1] for r in rows} == {"rate=2/s", "rate=4/s"}
+    assert "left out to fit 70 columns:" in narrow and "--wide shows them" in narrow
+    wide = text(70, wide=True)
+    rows = [line for line in wide.splitlines() if line.startswith(("llama ", "vllm "))]
+    assert len(rows) == 4 and max(len(r) for r in rows) > 70  # every column, whole
+    assert "left out" not in wide
+
+
+def test_a_difference_of_float_noise_reads_as_zero() -> None:
+    from kvroute.bench.compare import Diff
+    from kvroute.report.bench_rows import diff_cells
+
+    d = Diff("TPOT p50", "s", 0.05, 0.05, 0.0, 0.0, -5.55e-17, 5.55e-17, True, None)
+    cells = diff_cells(d)
+    assert cells[5] == "[+0 s, +0 s]", cells
+
+
+def test_compare_says_when_a_and_b_ran_with_different_threads() -> None:
+    a, b = result(0.2), result(0.3)
+    b = replace(b, runs=[replace(r, endpoint=replace(r.endpoint, threads=2)) for r in b.runs])
+    a = replace(a, runs=[replace(r, endpoint=replace(r.endpoint, threads=1)) for r in a.runs])
+    body = render_page(compare_page(a, b, compare(a, b), NOW))
+    assert "A and B did not run alike" in body and "A llama 1 thread, B llama 2 threads" in body
+    same = render_page(compare_page(a, a, compare(a, a), NOW))
+    assert "did not run alike" not in same

@@ -289,3 +289,20 @@ def test_a_wrong_format_gets_the_format_hint_not_the_skip_hint(tmp_path: Path) -
     with pytest.raises(EmptyTraceError) as empty:  # skipping every record says why too
         list(read_trace(path, "openai", skip_invalid=True))
     assert "looks like a mooncake trace" in (empty.value.hint or "")
+
+
+def test_the_format_hint_reads_an_openai_trace(tmp_path: Path) -> None:
+    path = tmp_path / "oa.jsonl"
+    path.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    with pytest.raises(InputError) as err:
+        list(read_trace(path, "mooncake"))
+    assert "the file looks like an openai trace: drop --format mooncake" in (err.value.hint or "")
+
+
+def test_one_block_is_one_block_in_the_message(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "mc.jsonl", [{"timestamp": 0, "input_length": 2000, "hash_ids": [1]}]
+    )
+    with pytest.raises(InputError) as err:
+        list(read_trace(path, "mooncake"))
+    assert "1 block of 512 tokens cannot hold 2000 tokens" in str(err.value)

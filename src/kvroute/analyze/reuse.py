@@ -163,15 +163,40 @@ def _pct(values: npt.NDArray[np.float64], q: float) -> float | None:
     return float(np.percentile(values, q)) if values.size else None
 
 
+_CLOCK_EDGES_S = (
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+    7200.0,
+    21600.0,
+    43200.0,
+    86400.0,
+    172800.0,
+    604800.0,
+    2592000.0,
+)
+"""Reuse-time bin edges past a minute: 1, 2, 5, 10, 30 min, 1, 2, 6, 12 h, 1, 2, 7, 30 d."""
+
+
 def _log_hist(values: npt.NDArray[np.float64]) -> tuple[list[float], list[int]]:
     pos = values[values > 0]
     if pos.size == 0:
         return [], []
     lo = np.floor(np.log10(pos.min()))
     hi = np.ceil(np.log10(pos.max())) + (1 if pos.min() == pos.max() else 0)
-    # 1-2-5 in each decade: round edges a reader can name (not 10^(1/3) = 2.15...).
+    # 1-2-5 in each decade: round edges a reader can name (not 10^(1/3) = 2.15...);
+    # from a minute on, clock steps (1, 2, 5, 10, 30 min, 1 h...): 100 s reads as
+    # "1 min 40 s".
     decades = np.arange(int(lo), int(hi))
     edges = np.append(np.outer(10.0**decades, (1.0, 2.0, 5.0)).ravel(), 10.0**hi)
+    if edges[-1] > _CLOCK_EDGES_S[0]:
+        top = float(pos.max())
+        clock = [e for e in _CLOCK_EDGES_S if e < top]
+        clock.append(next((e for e in _CLOCK_EDGES_S if e >= top), top))
+        edges = np.append(edges[edges < _CLOCK_EDGES_S[0]], clock)
     counts, _ = np.histogram(pos, bins=edges)
     return [float(e) for e in edges], [int(c) for c in counts]
 

@@ -53,6 +53,11 @@ class EndpointInfo:
     cache_state: str
     """cold (reset before the run), warm, salted, or unknown (no adapter)."""
     notes: list[str]
+    threads: int | None = None
+    """Compute threads the engine ran (``threads=`` or ``kvroute engines up``'s record);
+    None: unknown."""
+    cpus: list[int] | None = None
+    """The CPUs ``kvroute engines up`` gave it; None: unknown."""
 
 
 @dataclass(frozen=True, slots=True)

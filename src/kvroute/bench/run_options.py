@@ -5,13 +5,15 @@ switches, client shape, SLOs, cancellation), with the JSON they are recorded as.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvroute.bench import scrape
 from kvroute.bench.http1 import Target
 from kvroute.bench.metrics import Slo
 from kvroute.bench.schedule import CancelSpec, Load
+from kvroute.engines.state import EngineRecord
 from kvroute.errors import UsageError
 
 
@@ -22,30 +24,61 @@ class Endpoint:
     engine: str | None = None
     model: str | None = None
     api_key: str | None = None
+    threads: int | None = None
+    """Compute threads the engine runs (``threads=N``, or from ``kvroute engines up``'s
+    record of it); None: unknown. Results record it so unlike endpoints are flagged."""
+    cpus: tuple[int, ...] = ()
+    """The CPUs it was given, when ``engines up`` started it; empty: unknown."""
 
     @classmethod
     def parse(cls, spec: str) -> Endpoint:
-        """``name=URL[,engine=E][,model=M][,key=K]``."""
+        """``name=URL[,engine=E][,model=M][,key=K][,threads=N]``."""
         head, *rest = spec.split(",")
         name, sep, url = head.partition("=")
         if not sep or not name.strip() or not url.strip():
             raise UsageError(
                 f"bad endpoint {spec!r}",
-                hint="use name=http://host:port[,engine=llamacpp|vllm|sglang][,model=M][,key=K]",
+                hint="use name=http://host:port[,engine=llamacpp|vllm|sglang][,model=M][,key=K]"
+                "[,threads=N]",
             )
         extra: dict[str, str] = {}
         for part in rest:
             key, sep, value = part.partition("=")
-            if not sep or key.strip() not in ("engine", "model", "key"):
+            if not sep or key.strip() not in ("engine", "model", "key", "threads"):
                 raise UsageError(
                     f"bad endpoint option {part!r} in {spec!r}",
-                    hint="options: engine=, model=, key=",
+                    hint="options: engine=, model=, key=, threads=",
                 )
             extra[key.strip()] = value.strip()
         Target.parse(url.strip())
+        threads = extra.get("threads")
+        if threads is not None and not (threads.isdigit() and int(threads) >= 1):
+            raise UsageError(
+                f"bad threads={threads!r} in {spec!r}", hint="threads= takes a whole number ≥ 1"
+            )
         return cls(
-            name.strip(), url.strip(), extra.get("engine"), extra.get("model"), extra.get("key")
+            name.strip(),
+            url.strip(),
+            extra.get("engine"),
+            extra.get("model"),
+            extra.get("key"),
+            None if threads is None else int(threads),
         )
+
+
+def with_recorded_compute(endpoint: Endpoint, records: Sequence[EngineRecord]) -> Endpoint:
+    """``endpoint`` with the threads and CPUs ``kvroute engines up`` recorded for the
+    engine at its URL (``threads=`` given on the command line wins); unchanged when no
+    record matches."""
+    base = endpoint.url.rstrip("/").removesuffix("/v1")
+    record = next((r for r in records if r.base_url.rstrip("/") == base), None)
+    if record is None:
+        return endpoint
+    return replace(
+        endpoint,
+        threads=endpoint.threads if endpoint.threads is not None else record.threads,
+        cpus=endpoint.cpus or record.cpus,
+    )
 
 
 class SideBySide(enum.Enum):

@@ -269,6 +269,8 @@ def _run_group(
             state.model,
             state.cache_state.value,
             state.notes,
+            endpoint.threads,
+            list(endpoint.cpus) or None,
         )
         summary = summarize(records, slo=options.slo, engine_cache=state.delta)
         runs.append(

@@ -11,7 +11,8 @@ from click.core import ParameterSource
 
 from kvroute.cli.console import make_console
 from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, parse_pairs
-from kvroute.errors import KvrouteError, UsageError
+from kvroute.errors import EngineError, KvrouteError, UsageError
+from kvroute.report.fmt import plural
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -68,7 +69,8 @@ def _loads(
     metavar="NAME=URL[,...]",
     help="An endpoint to benchmark: NAME=URL, then optionally ,engine=E (llamacpp, vllm or "
     "sglang: which cache counters to read), ,model=M (the model name to send), ,key=K (its API "
-    "key). Repeat to compare endpoints side by side.",
+    "key), ,threads=N (its compute threads, recorded so unlike endpoints are flagged; engines "
+    "`kvroute engines up` started are looked up). Repeat to compare endpoints side by side.",
 )
 @click.option(
     "-w",
@@ -249,10 +251,16 @@ def bench_group(
     from kvroute.bench.metrics import Slo
     from kvroute.bench.preflight import check_endpoints
     from kvroute.bench.result import result_bytes
-    from kvroute.bench.run_options import Endpoint, RunOptions, SideBySide
+    from kvroute.bench.run_options import (
+        Endpoint,
+        RunOptions,
+        SideBySide,
+        with_recorded_compute,
+    )
     from kvroute.bench.runner import BenchInterrupted, run_bench, workload_info
     from kvroute.bench.scrape import CacheMode
     from kvroute.bench.workloads.registry import generate
+    from kvroute.engines.state import StateDir, default_state_dir
     from kvroute.report.bench_console import render_result
     from kvroute.trace.tokenizer import load_tokenizer
 
@@ -260,7 +268,11 @@ def bench_group(
         raise UsageError(
             "no endpoint given", hint="pass -e name=http://127.0.0.1:8080 (repeat to compare)"
         )
-    parsed = [Endpoint.parse(e) for e in endpoints]
+    try:  # the threads and CPUs of engines `kvroute engines up` started
+        records = StateDir(default_state_dir()).records()
+    except EngineError:  # a broken record is `engines status`'s to report, not bench's
+        records = []
+    parsed = [with_recorded_compute(Endpoint.parse(e), records) for e in endpoints]
     check_outputs({"--json": json_path, "--html": html_path})
     if ctx.get_parameter_source("json_path") is ParameterSource.DEFAULT:
         refuse_default_overwrite(json_path, force)
@@ -341,7 +353,7 @@ def _after_writing(
         num_cut = sum(1 for r in result.runs if r.interrupted)
         cut = f' and {num_cut} cut short, marked "interrupted": true' if num_cut else ""
         console.print(
-            f"Ctrl-C: the result holds the {len(result.runs) - num_cut} finished run(s){cut} "
+            f"Ctrl-C: the result holds {plural(len(result.runs) - num_cut, 'finished run')}{cut} "
             "(docs/bench.md, Results)"
         )
         raise KeyboardInterrupt

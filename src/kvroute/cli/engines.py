@@ -211,7 +211,7 @@ def up_command(
                 return await start(on_progress=show)
 
     records = asyncio.run(run())
-    err.print(f"[green]{len(records)} {engine} replica(s) ready[/green]")
+    err.print(f"[green]{plural(len(records), engine + ' replica')} ready[/green]")
     out = make_console(highlight=False, soft_wrap=True)
     for record in records:
         out.print(f"{record.name}  {record.base_url}  (pid {record.pid}, log {record.log_path})")

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from kvroute import __version__
-from kvroute.errors import KvrouteError
+from kvroute.errors import InputErrors, KvrouteError
 
 HELP = """kvroute: measure how your LLM traffic shares prefixes, predict what llama.cpp,
 vLLM and SGLang would cache, benchmark them, and route between them.
@@ -52,6 +52,13 @@ def _stdout_closed() -> None:
     os.close(devnull)
 
 
+def _messages(exc: KvrouteError) -> list[str]:
+    """One line per error: an :class:`InputErrors` (a config checked whole) holds several."""
+    if isinstance(exc, InputErrors):
+        return [e.message for e in exc.errors]
+    return [exc.message]
+
+
 class _Main(click.Group):
     """Maps :class:`KvrouteError` to one line on stderr and its exit code; never a traceback."""
 
@@ -59,7 +66,8 @@ class _Main(click.Group):
         try:
             return super().invoke(ctx)
         except KvrouteError as exc:
-            click.secho(f"error: {exc.message}", fg="red", err=True)
+            for message in _messages(exc):
+                click.secho(f"error: {message}", fg="red", err=True)
             if exc.hint:
                 click.echo(f"hint: {exc.hint}", err=True)
             ctx.exit(exc.exit_code)
@@ -74,7 +82,8 @@ class _Main(click.Group):
             # alike: one "error:" line, one "hint:" line, exit 2.
             at = exc.ctx or ctx
             what = "commands" if isinstance(at.command, click.Group) else "options"
-            click.secho(f"error: {exc.format_message()}", fg="red", err=True)
+            # one line: click lists choices on tab-indented lines of their own
+            click.secho(f"error: {' '.join(exc.format_message().split())}", fg="red", err=True)
             click.echo(f"hint: `{at.command_path} --help` lists the {what}", err=True)
             ctx.exit(2)
         except (click.exceptions.Exit, click.ClickException, click.Abort):

@@ -34,6 +34,7 @@ from kvroute.predict.schedulers import (
 )
 from kvroute.predict.validation import Check, compare
 from kvroute.predict.workload import parse_workload
+from kvroute.report import fmt
 from kvroute.trace.records import Request
 
 
@@ -220,27 +221,33 @@ def render_checks(checks: list[Check]) -> None:
     make_console().print(table)
 
 
-def _ms(e: Estimate) -> str:
+def _ms(e: Estimate) -> tuple[str, str, str]:
+    """The value and its 80 % and 95 % intervals, in milliseconds."""
     return (
-        f"{e.value * 1e3:,.1f}  [{e.ci80.low * 1e3:,.1f}-{e.ci80.high * 1e3:,.1f}]"
-        f"  [{e.ci95.low * 1e3:,.1f}-{e.ci95.high * 1e3:,.1f}]"
+        f"{e.value * 1e3:,.1f}",
+        f"{e.ci80.low * 1e3:,.1f}–{e.ci80.high * 1e3:,.1f}",
+        f"{e.ci95.low * 1e3:,.1f}–{e.ci95.high * 1e3:,.1f}",
     )
 
 
 def render(p: Prediction) -> None:
+    from rich import box
     from rich.table import Table
 
     console = make_console()
+    pool = "unbounded" if p.capacity_tokens is None else f"{fmt.capacity(p.capacity_tokens)} tokens"
     console.print(
         f"[bold]{p.engine}[/] on {p.num_gpus} x {p.hardware}, {p.model}: {p.load}; "
-        f"KV pool {p.capacity_tokens or 'unbounded'} tokens; calibration: {p.calibration_source}"
+        f"KV pool {pool}; calibration: {p.calibration_source}"
     )
-    table = Table(title="milliseconds: value  [80 % interval]  [95 % interval]")
-    table.add_column("metric")
-    for q in ("p50", "p90", "p99"):
-        table.add_column(q, justify="right")
+    # A row per metric and percentile: three "value [80 %] [95 %]" cells side by side
+    # were too wide for a terminal and wrapped between their intervals.
+    table = Table(title="predicted, milliseconds", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("metric", "", "value", "80 % interval", "95 % interval"):
+        table.add_column(col, justify="left" if col in ("metric", "") else "right", no_wrap=True)
     for name, m in (("queue", p.queue), ("TTFT", p.ttft), ("TPOT", p.tpot), ("E2E", p.e2e)):
-        table.add_row(name, _ms(m.p50), _ms(m.p90), _ms(m.p99))
+        for q, e in (("p50", m.p50), ("p90", m.p90), ("p99", m.p99)):
+            table.add_row(name if q == "p50" else "", q, *_ms(e))
     console.print(table)
     s = p.ttft_split
     console.print(
@@ -248,7 +255,7 @@ def render(p: Prediction) -> None:
         f"{s.uncached_prefill_s * 1e3:,.1f} ms, cached-context attention "
         f"{s.cached_attention_s * 1e3:,.1f} ms, overhead {s.overhead_s * 1e3:,.1f} ms"
     )
-    console.print(f"hit ratio {p.hit_ratio:.1%}; rejected {p.num_rejected}")
+    console.print(f"hit ratio {fmt.percent(p.hit_ratio)}; rejected {fmt.count(p.num_rejected)}")
     style = "bold red" if p.saturation.saturated else "green"
     console.print(f"[{style}]{p.saturation.verdict}[/]")
     for note in p.notes:

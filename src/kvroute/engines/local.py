@@ -144,8 +144,8 @@ class LocalEngines:
         ]
         started: list[EngineRecord] = []
         try:
-            for port, command in zip(chosen, commands, strict=True):
-                started.append(self._start(engine, port, command, options, lifetime))
+            for port, command, cpus in zip(chosen, commands, cpu_sets, strict=True):
+                started.append(self._start(engine, port, command, options, cpus, lifetime))
             timeout_s = ready_timeout_s or max(c.ready_timeout_s for c in commands)
             await self._wait_ready(started, timeout_s, on_progress)
         except BaseException:
@@ -188,6 +188,7 @@ class LocalEngines:
         port: int,
         command: LaunchCommand,
         options: LaunchOptions,
+        cpus: Sequence[int],
         lifetime: Lifetime,
     ) -> EngineRecord:
         run_dir = self._state.run_dir(engine, port)
@@ -208,6 +209,8 @@ class LocalEngines:
             started_at_unix_s=time.time(),
             log_path=str(log_path),
             argv=command.argv,
+            threads=options.threads,
+            cpus=tuple(cpus),
         )
         try:
             self._state.add(record)
@@ -277,7 +280,10 @@ class LocalEngines:
         taken = {r.port for r in self._state.records()}
         if ports:
             if len(ports) != replicas:
-                raise UsageError(f"{len(ports)} ports given for {replicas} replicas")
+                raise UsageError(
+                    f"{len(ports)} port{'' if len(ports) == 1 else 's'} given for "
+                    f"{replicas} replica{'' if replicas == 1 else 's'}"
+                )
             for port in ports:
                 if port in taken or not port_is_free(port):
                     raise EngineError(f"port {port} on {HOST} is in use")

@@ -39,6 +39,10 @@ class EngineRecord:
     started_at_unix_s: float
     log_path: str
     argv: tuple[str, ...]
+    threads: int | None = None
+    """Compute threads it was started with (None: not recorded, an older record)."""
+    cpus: tuple[int, ...] = ()
+    """The CPUs it was given (empty: not recorded)."""
 
     @property
     def name(self) -> str:
@@ -60,6 +64,8 @@ class EngineRecord:
             "started_at_unix_s": self.started_at_unix_s,
             "log_path": self.log_path,
             "argv": list(self.argv),
+            "threads": self.threads,
+            "cpus": list(self.cpus),
         }
 
     @classmethod
@@ -75,6 +81,8 @@ class EngineRecord:
                 started_at_unix_s=float(data["started_at_unix_s"]),
                 log_path=str(data["log_path"]),
                 argv=tuple(str(a) for a in data["argv"]),
+                threads=None if data.get("threads") is None else int(data["threads"]),
+                cpus=tuple(int(c) for c in data.get("cpus") or ()),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise EngineError(f"engine record is malformed: {exc!r}") from None

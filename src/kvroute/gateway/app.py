@@ -311,6 +311,7 @@ class Gateway:
                 self.clock(),
                 request.query,
                 [b.name for b in self._state.config.backends],
+                tokenizes=self.cache_router is not None or self.capture is not None,
             )
         if path == "/kvroute/rollout":
             # Open like /metrics: counts and timings, no text.

@@ -96,9 +96,14 @@ def metrics(
 
 
 def traffic_status(
-    traffic: TrafficShape, now_s: float, query: str, backend_names: Sequence[str] = ()
+    traffic: TrafficShape,
+    now_s: float,
+    query: str,
+    backend_names: Sequence[str] = (),
+    *,
+    tokenizes: bool = False,
 ) -> Response:
-    data = status(traffic, now_s, backend_names)
+    data = status(traffic, now_s, backend_names, tokenizes=tokenizes)
     if "format=json" in query.split("&"):
         return json_response(200, data)
     return Response(200, [("content-type", "text/html; charset=utf-8")], status_html(data))

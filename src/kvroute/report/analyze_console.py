@@ -5,12 +5,12 @@ from __future__ import annotations
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
-from rich.text import Text
 
 from kvroute.analyze.result import AnalysisResult, VerdictLevel
 from kvroute.report import fmt
 from kvroute.report.breakdown_report import print_breakdown
 from kvroute.report.breakers_report import print_breakers
+from kvroute.report.console_fit import Parts, Prose
 from kvroute.report.drift_report import print_drift
 
 _STYLE = {
@@ -38,13 +38,17 @@ def _kv(title: str, rows: list[tuple[str, str]]) -> Table:
     return t
 
 
-def _headline(r: AnalysisResult) -> str:
+def _headline(r: AnalysisResult) -> Parts:
     tr = r.trace
-    return (
-        f"[bold]kvroute analyze[/] {tr.path} · {tr.format} · {fmt.count(tr.num_requests)} requests"
-        + (f" · {fmt.count(tr.num_skipped)} skipped" if tr.num_skipped else "")
-        + f" · {fmt.tokens(r.overlap.prompt_tokens)} prompt tokens"
-        + (f" · tokenizer {tr.tokenizer}" if tr.tokenizer else " · block hashes")
+    return Parts(
+        [
+            f"[bold]kvroute analyze[/] {tr.path}",
+            tr.format,
+            fmt.plural(tr.num_requests, "request"),
+            f"{fmt.count(tr.num_skipped)} skipped" if tr.num_skipped else "",
+            f"{fmt.tokens(r.overlap.prompt_tokens)} prompt tokens",
+            f"tokenizer {tr.tokenizer}" if tr.tokenizer else "block hashes",
+        ]
     )
 
 
@@ -127,7 +131,7 @@ def _capacity_table(r: AnalysisResult) -> Table:
     cache), at most 10 rows."""
     ru = r.reuse
     t = Table(
-        title="Hit vs KV cache capacity (ideal LRU · FIFO · optimal)",
+        title="Hit vs KV capacity (ideal cache)",
         title_justify="left",
         box=None,
         pad_edge=False,
@@ -178,13 +182,17 @@ def _groups_table(r: AnalysisResult, width: int, *, show_text: bool) -> Table:
         title_justify="left",
         caption=f"the top {shown} of "
         + fmt.plural(r.groups.num_groups, "shared prefix", "shared prefixes")
-        + (" (--top N shows more)" if r.groups.num_groups > shown else ""),
+        + " (--top N shows more)"
+        if r.groups.num_groups > shown
+        # --top asked for more than there are: say so, or the short table looks cut
+        else f"all {fmt.plural(shown, 'shared prefix', 'shared prefixes')} the trace has",
         caption_justify="left",
     )
     for name in ("#", "requests", "tokens", "saved", "of reuse"):
         t.add_column(name, justify="right", no_wrap=True)
     if show_text:
-        t.add_column("text", overflow="ellipsis", no_wrap=True, max_width=max(16, width - 50))
+        # the text gives way first: the numbers keep their width down to ~60 columns
+        t.add_column("text", overflow="ellipsis", no_wrap=True, max_width=max(4, width - 50))
     for g in r.groups.top:
         row = [
             str(g.rank),
@@ -203,7 +211,10 @@ def _groups_table(r: AnalysisResult, width: int, *, show_text: bool) -> Table:
 
 def _verdict_panel(r: AnalysisResult) -> Panel:
     v = r.verdict
-    body = Group(Text(v.headline, style="bold"), *[Text(f"• {reason}") for reason in v.reasons])
+    body = Group(
+        Prose(v.headline, style="bold", markup_tags=False),
+        *[Prose(f"• {reason}", indent=2, markup_tags=False) for reason in v.reasons],
+    )
     return Panel(body, title="Verdict", border_style=_STYLE[v.level], title_align="left")
 
 

@@ -8,7 +8,7 @@ from kvroute.analyze.result import AnalysisResult, VerdictLevel
 from kvroute.report import fmt
 from kvroute.report.breakdown_report import breakdown_section
 from kvroute.report.breakers_report import breakers_section
-from kvroute.report.dist_blocks import cdf_block, histogram_block
+from kvroute.report.dist_blocks import cdf_block, histogram_block, shares_block
 from kvroute.report.drift_report import drift_section
 from kvroute.report.html import (
     Block,
@@ -22,7 +22,7 @@ from kvroute.report.html import (
     Section,
     Table,
 )
-from kvroute.report.svg import Bars, RefLine, Series, Shape, bar_chart, histogram, line_chart
+from kvroute.report.svg import RefLine, Series, Shape, bar_chart, histogram, line_chart
 
 DEFINITIONS: tuple[tuple[str, str], ...] = (
     (
@@ -238,7 +238,11 @@ def _pairs_section(r: AnalysisResult) -> Section:
             )
         ),
         histogram_block(
-            pw.lcp_share, "Pairwise LCP over the shorter prompt", "LCP share", percent_x=True
+            pw.lcp_share,
+            "Pairwise LCP over the shorter prompt",
+            "LCP share",
+            percent_x=True,
+            y_label="share of pairs",
         ),
     ]
     return Section("Requests two by two", pair_blocks)
@@ -376,15 +380,11 @@ def _shape_section(r: AnalysisResult) -> Section:
                 ),
             ]
         ),
-        Chart(
-            bar_chart(
-                [m[0] for m in sh.length_mix],
-                [Bars("share of requests", [m[1] for m in sh.length_mix])],
-                title="Prompt length mix",
-                x_label="class",
-                y_label="share of requests",
-                percent=True,
-            )
+        shares_block(
+            "Prompt length mix",
+            [m[0] for m in sh.length_mix],
+            [m[1] for m in sh.length_mix],
+            "share of requests",
         ),
         histogram_block(sh.prompt_tokens, "Prompt length", "tokens"),
         histogram_block(sh.output_tokens, "Output length", "tokens"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Console
 from rich.table import Table
 
@@ -12,10 +14,12 @@ from kvroute.report.bench_rows import (
     DIFF_HEADERS,
     RUN_HEADERS,
     diff_cells,
+    endpoint_caveats,
     error_lines,
     run_row,
     shown_headers,
 )
+from kvroute.report.console_fit import Parts, fit_columns, left_out_note, print_wide
 
 _SHORT = {
     "unsent/cut",
@@ -46,8 +50,8 @@ def interrupted_text(result: BenchResult) -> str | None:
         else ""
     )
     return (
-        f"The benchmark was stopped before the end. It holds {len(result.runs) - num_cut} "
-        f"finished run(s){cut}; the steps, repeats and endpoints after it are missing "
+        "The benchmark was stopped before the end. It holds "
+        f"{fmt.plural(len(result.runs) - num_cut, 'finished run')}{cut}; the steps, repeats and endpoints after it are missing "
         "(docs/bench.md, Results)."
     )
 
@@ -66,25 +70,41 @@ def render_result(result: BenchResult, console: Console, *, wide: bool = False) 
     if note is not None:
         console.print(f"[bold red]{INTERRUPTED_TITLE.upper()}[/]: {note}")
     console.print(
-        f"[bold]kvroute bench[/] {w.name} · {fmt.count(w.num_requests)} requests · seed {w.seed}"
-        f" · prompt p50 {fmt.tokens(w.prompt_tokens.p50)} tokens"
-        + (
-            f" · ideal overlap {fmt.percent(w.ideal_overlap)}"
-            if w.ideal_overlap is not None
-            else ""
+        Parts(
+            [
+                f"[bold]kvroute bench[/] {w.name}",
+                fmt.plural(w.num_requests, "request"),
+                f"seed {w.seed}",
+                f"prompt p50 {fmt.tokens(w.prompt_tokens.p50)} tokens",
+                f"ideal overlap {fmt.percent(w.ideal_overlap)}"
+                if w.ideal_overlap is not None
+                else "",
+                result.side_by_side,
+            ]
         )
-        + f" · {result.side_by_side}"
     )
     shown = set(shown_headers(result.runs))
     keep = [i for i, h in enumerate(RUN_HEADERS) if h in shown and (wide or i < 5 or h in _SHORT)]
-    table = Table(box=None, pad_edge=False)
-    for i in keep:
-        # The load names the sweep step: cut, two rows would look like one.
-        table.add_column(RUN_HEADERS[i], justify="left" if i < 3 else "right", no_wrap=i < 3)
-    for run in result.runs:
-        row = run_cells(run)
-        table.add_row(*(row[i] for i in keep))
-    console.print(table)
+    rows = [run_cells(run) for run in result.runs]
+
+    def build(columns: Sequence[int]) -> Table:
+        table = Table(box=None, pad_edge=False)
+        for i in columns:
+            # Never wrapped: a value cut in two ("1.23" over "s") reads as two rows.
+            table.add_column(RUN_HEADERS[i], justify="left" if i < 3 else "right", no_wrap=True)
+        for row in rows:
+            table.add_row(*(row[i] for i in columns))
+        return table
+
+    if wide:
+        print_wide(console, build(keep))
+    else:
+        # The first three name the run (endpoint, load, cache state): a sweep's rows would
+        # look alike without the load.
+        table, dropped = fit_columns(console, build, keep, essential=3)
+        console.print(table)
+        if dropped:
+            console.print(left_out_note([RUN_HEADERS[i] for i in dropped], console.width))
     for run in result.runs:
         problems = error_lines(run)
         if problems:
@@ -93,6 +113,9 @@ def render_result(result: BenchResult, console: Console, *, wide: bool = False) 
             )
         for note in run.endpoint.notes:
             console.print(f"[dim]{run.endpoint.name}: {note}[/]")
+    first = [r for r in result.runs if r.step == 0 and r.repeat == 0]
+    for caveat in endpoint_caveats(first):
+        console.print(f"[yellow]caveat: the endpoints did not run alike. {caveat}[/]")
 
 
 def render_comparison(pairs: list[Pair], console: Console) -> None:
@@ -108,11 +131,21 @@ def render_comparison(pairs: list[Pair], console: Console) -> None:
         console.print(
             f"[bold]A {pair.endpoint_a} vs B {pair.endpoint_b}[/] · {pair.load} · noise: {noise}"
         )
-        table = Table(box=None, pad_edge=False)
-        for i, h in enumerate(DIFF_HEADERS):
-            table.add_column(h, justify="left" if i == 0 else "right")
-        for d in pair.diffs:
-            if d.a is None and d.b is None:
-                continue
-            table.add_row(*diff_cells(d))
+        cells = [diff_cells(d) for d in pair.diffs if d.a is not None or d.b is not None]
+
+        def build(columns: Sequence[int], cells: list[list[str]] = cells) -> Table:
+            table = Table(box=None, pad_edge=False)
+            for i in columns:
+                table.add_column(
+                    DIFF_HEADERS[i], justify="left" if i == 0 else "right", no_wrap=True
+                )
+            for row in cells:
+                table.add_row(*(row[i] for i in columns))
+            return table
+
+        table, dropped = fit_columns(console, build, range(len(DIFF_HEADERS)), essential=4)
         console.print(table)
+        if dropped:
+            console.print(
+                left_out_note([DIFF_HEADERS[i] for i in dropped], console.width, "COLUMNS=200")
+            )

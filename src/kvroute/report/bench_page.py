@@ -18,7 +18,9 @@ from kvroute.report.bench_rows import (
     DIFF_HEADERS,
     RUN_HEADERS,
     SUMMARY_GROUPS,
+    compute_text,
     diff_cells,
+    endpoint_caveats,
     error_lines,
     run_label,
     shown_headers,
@@ -69,7 +71,14 @@ def _workload_facts(result: BenchResult) -> KeyValues:
     """The workload, its endpoints and how the runs were scheduled."""
     w = result.workload
     endpoints = sorted(
-        {f"{r.endpoint.name} ({r.endpoint.engine or 'unknown engine'})" for r in result.runs}
+        {
+            f"{r.endpoint.name} ("
+            + ", ".join(
+                p for p in (r.endpoint.engine or "unknown engine", compute_text(r.endpoint)) if p
+            )
+            + ")"
+            for r in result.runs
+        }
     )
     return KeyValues(
         [
@@ -158,7 +167,7 @@ def _summary_tables(runs: Sequence[Run]) -> list[Block]:
 def _headline_callouts(runs: Sequence[Run]) -> list[Block]:
     """The conclusion at each load, when two or more endpoints ran it: which had the
     lowest TTFT p50 and by how much, and the engine-hit difference; and a caveat when
-    the endpoints did not run alike (cache state, model)."""
+    the endpoints did not run alike (cache state, model, threads)."""
     blocks: list[Block] = []
     by_load: dict[str, list[Run]] = {}
     for run in runs:
@@ -184,7 +193,7 @@ def _headline_callouts(runs: Sequence[Run]) -> list[Block]:
             )
         )
     first_load = next(iter(by_load.values()), [])
-    caveats = _caveats(first_load)
+    caveats = endpoint_caveats(first_load)
     if caveats:
         blocks.append(
             Callout(CalloutKind.WARN, "The endpoints did not run alike", " ".join(caveats))
@@ -205,26 +214,12 @@ def _versus(best: Run, other: Run) -> str:
     return ", ".join(parts)
 
 
-def _caveats(runs: Sequence[Run]) -> list[str]:
-    """What differs between the endpoints besides the engine."""
-    out = []
-    states = {r.endpoint.name: r.endpoint.cache_state for r in runs}
-    if len(set(states.values())) > 1:
-        out.append(
-            "Cache state: " + ", ".join(f"{n} {s}" for n, s in states.items()) + " (a warm "
-            "cache hits where a cold one cannot)."
-        )
-    models = {r.endpoint.name: r.endpoint.model for r in runs if r.endpoint.model}
-    if len(set(models.values())) > 1:
-        out.append("Models: " + ", ".join(f"{n} {m}" for n, m in models.items()) + ".")
-    return out
-
-
 def bench_page(result: BenchResult, generated_at: datetime) -> Page:
     runs = result.runs
     return Page(
         title="kvroute bench" + (" (interrupted)" if result.interrupted else ""),
-        subtitle=f"{result.workload.name} against {len({r.endpoint.name for r in runs})} endpoint(s)",
+        subtitle=f"{result.workload.name} against "
+        + fmt.plural(len({r.endpoint.name for r in runs}), "endpoint"),
         lead=[
             *_interrupted_callouts(("", result)),
             *_headline_callouts(runs),
@@ -252,10 +247,16 @@ def compare_page(a: BenchResult, b: BenchResult, pairs: list[Pair], generated_at
             r for r in b.runs if r.endpoint.name == pair.endpoint_b and r.load.label == pair.load
         ]
         named = [_renamed(r, "A") for r in runs_a[:1]] + [_renamed(r, "B") for r in runs_b[:1]]
+        unlike = [
+            Callout(CalloutKind.WARN, "A and B did not run alike", " ".join(caveats))
+            for caveats in [endpoint_caveats(named)]
+            if caveats
+        ]
         sections.append(
             Section(
                 f"A {pair.endpoint_a} vs B {pair.endpoint_b} · {pair.load}",
                 [
+                    *unlike,
                     Paragraph(
                         "Noise: "
                         + (

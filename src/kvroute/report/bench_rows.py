@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from kvroute.bench.compare import Diff
 from kvroute.bench.metrics import Stat, Summary
 from kvroute.bench.record import ErrorKind
-from kvroute.bench.result import Run
+from kvroute.bench.result import EndpointInfo, Run
 from kvroute.report import fmt
 
 RUN_HEADERS = (
@@ -130,15 +130,69 @@ def error_lines(run: Run) -> list[str]:
     return parts
 
 
+def compute_text(endpoint: EndpointInfo) -> str | None:
+    """``"1 thread on CPU 0"``, ``"2 threads on CPUs 0-1"``; None when not recorded."""
+    if endpoint.threads is None:
+        return None
+    text = fmt.plural(endpoint.threads, "thread")
+    cpus = endpoint.cpus or []
+    if len(cpus) == 1:
+        text += f" on CPU {cpus[0]}"
+    elif cpus:
+        contiguous = cpus == list(range(cpus[0], cpus[-1] + 1))
+        text += (
+            f" on CPUs {cpus[0]}-{cpus[-1]}"
+            if contiguous
+            else (" on CPUs " + ",".join(str(c) for c in cpus))
+        )
+    return text
+
+
+def endpoint_caveats(runs: Sequence[Run]) -> list[str]:
+    """What differs between the endpoints of one load besides the engine: cache state,
+    model, compute threads (1 thread against 2 says little about the engines)."""
+    out = []
+    states = {r.endpoint.name: r.endpoint.cache_state for r in runs}
+    if len(set(states.values())) > 1:
+        out.append(
+            "Cache state: " + ", ".join(f"{n} {s}" for n, s in states.items()) + " (a warm "
+            "cache hits where a cold one cannot)."
+        )
+    models = {r.endpoint.name: r.endpoint.model for r in runs if r.endpoint.model}
+    if len(set(models.values())) > 1:
+        out.append("Models: " + ", ".join(f"{n} {m}" for n, m in models.items()) + ".")
+    compute = {r.endpoint.name: compute_text(r.endpoint) for r in runs}
+    known = {n: c for n, c in compute.items() if c is not None}
+    threads = {r.endpoint.threads for r in runs if r.endpoint.threads is not None}
+    if len(threads) > 1:
+        out.append(
+            "Compute: " + ", ".join(f"{n} {c}" for n, c in known.items()) + " (latency and "
+            "throughput then compare the threads as much as the engines; give each the same)."
+        )
+    elif known and len(known) < len(compute):
+        unknown = ", ".join(n for n, c in compute.items() if c is None)
+        out.append(
+            "Compute: " + ", ".join(f"{n} {c}" for n, c in known.items()) + f"; {unknown} "
+            "not recorded (add threads=N to its -e to compare like with like)."
+        )
+    return out
+
+
 def diff_cells(d: Diff) -> list[str]:
     def value(v: float | None) -> str:
         if v is None:
             return "—"
         return dur(v) if d.unit == "s" else pct(v) if d.unit == "share" else f"{num(v)}/s"
 
+    # A difference below a millionth of the figures themselves is float noise of
+    # zero ("+0.0000000555 ns" said nothing a reader could use).
+    scale = max(abs(d.a or 0.0), abs(d.b or 0.0))
+
     def delta(v: float | None) -> str:
         if v is None:
             return "—"
+        if abs(v) <= 1e-6 * scale:
+            v = 0.0
         sign = "+" if v >= 0 else "-"
         return sign + value(abs(v)) if d.unit != "share" else f"{v * 100:+.1f} pp"
 

@@ -44,7 +44,7 @@ def _interesting(b: BreakdownResult) -> list[Breakdown]:
 def breakdown_section(b: BreakdownResult) -> Section:
     blocks: list[Block] = [Paragraph(_split(b))]
     for d in _interesting(b):
-        blocks.append(Paragraph(f"By {d.dimension} ({fmt.count(d.num_groups)} groups):"))
+        blocks.append(Paragraph(f"By {d.dimension} ({fmt.plural(d.num_groups, 'group')}):"))
         blocks.append(Table([d.dimension, *_HEADERS], _rows(d)))
     return Section("Reuse by model, user and class", blocks)
 
@@ -53,7 +53,8 @@ def print_breakdown(b: BreakdownResult, console: Console) -> None:
     console.print(_split(b))
     for d in _interesting(b):
         t = RichTable(
-            title=f"Reuse by {d.dimension} ({fmt.count(d.num_groups)} groups)", title_justify="left"
+            title=f"Reuse by {d.dimension} ({fmt.plural(d.num_groups, 'group')})",
+            title_justify="left",
         )
         t.add_column(d.dimension)
         for name in _HEADERS:

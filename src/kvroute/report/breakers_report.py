@@ -42,7 +42,7 @@ def _summary(b: BreakersResult) -> str:
     n = len(b.findings)
     if not n:
         return (
-            f"No cache breaker found in {fmt.count(b.num_requests_examined)} requests: no "
+            f"No cache breaker found in {fmt.plural(b.num_requests_examined, 'request')}: no "
             "per-request content inside a shared prefix whose fix would raise the hit by "
             f"{fmt.percent(b.min_gain, digits=1)} or more ({fmt.count(b.num_candidates)} "
             "variations checked)."

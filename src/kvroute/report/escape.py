@@ -10,6 +10,22 @@ import re
 _XML_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
+VALUE_SPACES = re.compile(
+    r"(?<=\d) (?=(?:%|pp|[nµm]?s|min|h|d|[KMGT]i?B|tokens?|req/s|x|×|[kM]i?)(?:\W|$))"
+    r"|(?:(?<=\bmin)|(?<=\bh)|(?<=\bd)|(?<=\bCPU)|(?<=\bCPUs)) (?=\d)"
+    r"| (?=/ )|(?<= /) "
+)
+"""Spaces inside a value, where no line may break: ``57.0 %``, ``93.1 ms``,
+``2 min 05 s``, ``+4.6 pp``, ``CPUs 0-1``, ``p50 / p90`` (the terminal's Prose and the HTML pages'
+:func:`prose` both keep them)."""
+
+
+def prose(text: str) -> str:
+    """:func:`escape`, with the spaces inside values made non-breaking, so a browser
+    never wraps ``40.0`` from its ``%``."""
+    return VALUE_SPACES.sub("\u00a0", escape(text))
+
+
 def escape(text: str) -> str:
     """``text`` safe as HTML/XML character data and inside double- or single-quoted attributes.
 

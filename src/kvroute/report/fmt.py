@@ -131,7 +131,7 @@ def duration(seconds: float) -> str:
     """A duration, unit chosen by size, three significant digits below a minute.
 
     ``0.0000123 -> "12.3 µs"``, ``0.045 -> "45 ms"``, ``1.234 -> "1.23 s"``,
-    ``125 -> "2 min 05 s"``, ``7380 -> "2 h 03 min"``, ``90000 -> "1 d 01 h"``.
+    ``125 -> "2 min 05 s"``, ``120 -> "2 min"``, ``7380 -> "2 h 03 min"``, ``90000 -> "1 d 01 h"``.
     """
     special = _non_finite(seconds)
     if special is not None:
@@ -146,15 +146,16 @@ def duration(seconds: float) -> str:
             limit = 60 if unit == "s" else 1000
             if float(text) < limit:
                 return f"{text} {unit}"
+    # A whole number of the larger unit drops the zero ("2 min", not "2 min 00 s").
     whole_s = round(seconds)
     minutes, secs = divmod(whole_s, 60)
     if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
+        return f"{minutes} min {secs:02d} s" if secs else f"{minutes} min"
     hours, minutes = divmod(round(seconds / 60), 60)
     if hours < 24:
-        return f"{hours} h {minutes:02d} min"
+        return f"{hours} h {minutes:02d} min" if minutes else f"{hours} h"
     days, hours = divmod(round(seconds / 3600), 24)
-    return f"{days} d {hours:02d} h"
+    return f"{days} d {hours:02d} h" if hours else f"{days} d"
 
 
 def byte_size(num_bytes: float) -> str:

@@ -19,7 +19,7 @@ from datetime import datetime
 
 from kvroute import __version__
 from kvroute.output_file import write_output
-from kvroute.report.escape import escape
+from kvroute.report.escape import escape, prose
 from kvroute.report.style import STYLESHEET
 
 
@@ -218,7 +218,7 @@ def render_block(block: Block) -> str:
     """One block as an HTML fragment. Raises ``TypeError`` for an unknown block type."""
     match block:
         case Paragraph(text=text):
-            return f"<p>{escape(text)}</p>"
+            return f"<p>{prose(text)}</p>"
         case KeyValues(rows=rows):
             return f'<table class="kv"><tbody>{_pairs(rows)}</tbody></table>'
         case Table():
@@ -230,10 +230,10 @@ def render_block(block: Block) -> str:
             return (
                 f'<div class="callout {kind.value}" role="note">'
                 f'<div class="icon" aria-hidden="true">{kind.icon}</div><div>'
-                f'<p class="title">{escape(title)}</p><p>{escape(text)}</p></div></div>'
+                f'<p class="title">{escape(title)}</p><p>{prose(text)}</p></div></div>'
             )
         case DefinitionList(items=items):
-            entries = "".join(f"<dt>{escape(t)}</dt><dd>{escape(d)}</dd>" for t, d in items)
+            entries = "".join(f"<dt>{escape(t)}</dt><dd>{prose(d)}</dd>" for t, d in items)
             return f"<dl>{entries}</dl>"
         case Code(text=text):
             return f"<pre><code>{escape(text)}</code></pre>"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -9,6 +11,7 @@ from rich.table import Table
 from kvroute.cache.compare import CachedTokensComparison
 from kvroute.cache.result import Curve, EngineRun, Ideal, SimulationResult
 from kvroute.report import fmt
+from kvroute.report.console_fit import Parts, fit_columns, left_out_note
 
 
 def _capacity_text(tokens: int | None) -> str:
@@ -51,7 +54,7 @@ def saturation_text(run: EngineRun) -> str | None:
     text += "; its hit ratio is a backlog's, not live traffic's"
     slots = run.settings.get("num_slots")
     if run.engine == "llamacpp" and isinstance(slots, int):
-        text += f". It runs {slots} requests at once ({slots_text(slots)})"
+        text += f". It runs {fmt.plural(slots, 'request')} at once ({slots_text(slots)})"
     return text + "."
 
 
@@ -59,7 +62,7 @@ def slots_text(num_slots: int) -> str:
     """What llama.cpp's slot count is, in words: the default is worth saying so."""
     if num_slots == 4:
         return "4 slots: llama-server's default --parallel; --parallel N to change"
-    return f"{num_slots} slots, --parallel {num_slots}"
+    return f"{fmt.plural(num_slots, 'slot')}, --parallel {num_slots}"
 
 
 def _engine_row(run: EngineRun, best: float) -> list[str]:
@@ -90,27 +93,43 @@ LEGEND = (
 """What the engines table's short headers mean (printed under it)."""
 
 
-def _headline(r: SimulationResult) -> str:
+def _headline(r: SimulationResult) -> Parts:
     tr = r.trace
-    return (
-        f"[bold]kvroute simulate[/] {tr.path} · {tr.format} · {fmt.count(tr.num_requests)} requests"
-        + f" · {fmt.tokens(tr.prompt_tokens)} prompt tokens"
-        + (f" · tokenizer {tr.tokenizer}" if tr.tokenizer else "")
-        + (f" · {tr.block_size_tokens}-token block hashes" if tr.block_size_tokens else "")
+    return Parts(
+        [
+            f"[bold]kvroute simulate[/] {tr.path}",
+            tr.format,
+            fmt.plural(tr.num_requests, "request"),
+            f"{fmt.count(tr.num_skipped)} skipped" if tr.num_skipped else "",
+            f"{fmt.tokens(tr.prompt_tokens)} prompt tokens",
+            f"tokenizer {tr.tokenizer}" if tr.tokenizer else "",
+            f"{tr.block_size_tokens}-token block hashes" if tr.block_size_tokens else "",
+        ]
     )
 
 
-def _engines_table(r: SimulationResult) -> Table:
-    """One row per engine; the best hit ratio in bold."""
-    t = Table(
-        title="Prefix cache by engine", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
-    )
-    for i, h in enumerate(_HEADERS):
-        t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True, min_width=len(h))
+def _engines_table(r: SimulationResult, console: Console) -> tuple[Table, list[str]]:
+    """One row per engine, the best hit ratio in bold; the columns that fit the
+    console (engine and hit always), and the headers left out."""
     best = max((e.hit_ratio for e in r.engines), default=0.0)
-    for run in r.engines:
-        t.add_row(*_engine_row(run, best))
-    return t
+    rows = [_engine_row(run, best) for run in r.engines]
+
+    def build(columns: Sequence[int]) -> Table:
+        t = Table(
+            title="Prefix cache by engine",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+        )
+        for i in columns:
+            h = _HEADERS[i]
+            t.add_column(h, justify="left" if i == 0 else "right", no_wrap=True, min_width=len(h))
+        for row in rows:
+            t.add_row(*(row[i] for i in columns))
+        return t
+
+    table, dropped = fit_columns(console, build, range(len(_HEADERS)), essential=2)
+    return table, [_HEADERS[i] for i in dropped]
 
 
 def _ideal_line(ideal: Ideal) -> str:
@@ -121,7 +140,7 @@ def _ideal_line(ideal: Ideal) -> str:
     return line
 
 
-def _details_line(run: EngineRun) -> str:
+def _details_line(run: EngineRun) -> Parts:
     """Peak memory and running requests, wait, and the engine's own counters (dim)."""
     extra = []
     slots = run.settings.get("num_slots")
@@ -132,42 +151,48 @@ def _details_line(run: EngineRun) -> str:
     extra.append(f"peak running {run.peak_running}")
     if run.wait_s.p90 is not None:
         extra.append(f"wait p90 {fmt.duration(run.wait_s.p90)}")
-    if run.counters:
-        extra.append(
-            ", ".join(f"{k.replace('_', ' ')} {fmt.tokens(v)}" for k, v in run.counters.items())
-        )
-    return f"[dim]{run.engine}: " + " · ".join(extra) + "[/]"
+    extra += [f"{k.replace('_', ' ')} {fmt.tokens(v)}" for k, v in run.counters.items()]
+    return Parts([f"{run.engine}: {extra[0]}", *extra[1:]], style="dim")
 
 
 def _vs_reported_line(engine: str, v: CachedTokensComparison) -> str:
     return (
-        f"{engine} vs engine-reported cached tokens ({fmt.count(v.num_requests)} requests): "
+        f"{engine} vs engine-reported cached tokens ({fmt.plural(v.num_requests, 'request')}): "
         f"predicted {fmt.percent(v.predicted_hit_ratio)}, reported {fmt.percent(v.observed_hit_ratio)}, "
         f"mean |error| {v.mean_abs_error_tokens:.1f} tokens"
     )
 
 
-def _sweep_table(sweep: list[Curve]) -> Table:
-    """One row per capacity, one column per engine (with its rejections)."""
-    s = Table(
-        title="Hit ratio vs KV capacity",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    s.add_column("capacity", justify="right")
-    for curve in sweep:
-        s.add_column(curve.engine, justify="right")
-    for i, cap in enumerate(sweep[0].capacity_tokens):
-        s.add_row(
+def _sweep_table(sweep: list[Curve], console: Console) -> tuple[Table, list[str]]:
+    """One row per capacity, one column per engine (with its rejections) that fits."""
+    rows = [
+        [
             f"{fmt.capacity(cap)} tokens",
             *[
                 fmt.percent(c.hit_ratio[i])
                 + (f" ({c.num_rejected[i]} rej.)" if c.num_rejected[i] else "")
                 for c in sweep
             ],
+        ]
+        for i, cap in enumerate(sweep[0].capacity_tokens)
+    ]
+    headers = ["capacity", *(c.engine for c in sweep)]
+
+    def build(columns: Sequence[int]) -> Table:
+        s = Table(
+            title="Hit ratio vs KV capacity",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
         )
-    return s
+        for i in columns:
+            s.add_column(headers[i], justify="right", no_wrap=True)
+        for row in rows:
+            s.add_row(*(row[i] for i in columns))
+        return s
+
+    table, dropped = fit_columns(console, build, range(len(headers)), essential=2)
+    return table, [headers[i] for i in dropped]
 
 
 def render_console(result: SimulationResult, console: Console) -> None:
@@ -177,11 +202,20 @@ def render_console(result: SimulationResult, console: Console) -> None:
     if r.trace.tokenizer_warning is not None:
         console.print(f"[yellow]warning: {r.trace.tokenizer_warning}[/]")
     console.print(
-        f"KV pool: {capacity_line(r)} · arrivals: {r.replay.arrivals}"
-        + f" · run times: {fmt.count(r.replay.num_trace_run_times)} from the trace, rest modelled"
+        Parts(
+            [
+                f"KV pool: {capacity_line(r)}",
+                f"arrivals: {r.replay.arrivals}",
+                f"run times: {fmt.count(r.replay.num_trace_run_times)} from the trace, rest "
+                "modelled",
+            ]
+        )
     )
-    console.print(_engines_table(r))
-    console.print(f"[dim]{LEGEND}[/]")
+    table, dropped = _engines_table(r, console)
+    console.print(table)
+    console.print(Parts(LEGEND.split(" · "), style="dim"))
+    if dropped:
+        console.print(left_out_note(dropped, console.width, "COLUMNS=160 or --json"))
     if r.ideal is not None:
         console.print(_ideal_line(r.ideal))
     for run in r.engines:
@@ -194,6 +228,9 @@ def render_console(result: SimulationResult, console: Console) -> None:
         if run.vs_reported is not None:
             console.print(_vs_reported_line(run.engine, run.vs_reported))
     if r.sweep:
-        console.print(_sweep_table(r.sweep))
+        sweep, dropped = _sweep_table(r.sweep, console)
+        console.print(sweep)
+        if dropped:
+            console.print(left_out_note(dropped, console.width, "COLUMNS=160 or --json"))
     for note in r.notes:
         console.print(f"[dim]note: {note}[/]")

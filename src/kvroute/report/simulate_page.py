@@ -19,7 +19,7 @@ from kvroute.report.html import (
     Section,
     Table,
 )
-from kvroute.report.simulate_console import capacity_line, saturation_text
+from kvroute.report.simulate_console import capacity_line, saturation_text, slots_text
 from kvroute.report.simulate_validation import validation_section
 from kvroute.report.svg import Bars, RefLine, Series, bar_chart, line_chart
 from kvroute.validate.result import ValidationResult
@@ -114,6 +114,13 @@ def _run_facts(r: SimulationResult) -> KeyValues:
                 + (f", {tr.block_size_tokens}-token blocks" if tr.block_size_tokens else ""),
             ),
             ("KV pool", capacity_line(r)),
+            *[
+                ("llama.cpp slots", slots_text(slots))
+                for run in r.engines
+                if run.engine == "llamacpp"
+                for slots in [run.settings.get("num_slots")]
+                if isinstance(slots, int)
+            ],
             ("arrivals", r.replay.arrivals),
             (
                 "run times",
@@ -231,16 +238,14 @@ def _prefill_section(engines: list[EngineRun]) -> Section:
 
 
 def _memory_section(engines: list[EngineRun]) -> Section:
-    """Evicted and peak pinned tokens, then each engine's own counters."""
-    chart = bar_chart(
-        [e.engine for e in engines],
-        [
-            Bars("evicted tokens", [float(e.evicted_tokens) for e in engines]),
-            Bars("peak pinned tokens", [float(e.peak_pinned_tokens) for e in engines]),
-        ],
-        title="Evicted tokens and peak pinned memory",
-        x_label="engine",
-        y_label="tokens",
+    """Evicted and peak pinned tokens in a sentence (six numbers of two scales on one
+    axis hid the small ones), then each engine's own counters."""
+    summary = Paragraph(
+        "Cached tokens evicted for room: "
+        + ", ".join(f"{e.engine} {fmt.count(e.evicted_tokens)}" for e in engines)
+        + ". Most tokens held by running requests at once (peak pinned): "
+        + ", ".join(f"{e.engine} {fmt.count(e.peak_pinned_tokens)}" for e in engines)
+        + "."
     )
     counters = [
         Paragraph(
@@ -250,7 +255,7 @@ def _memory_section(engines: list[EngineRun]) -> Section:
         for e in engines
         if e.counters
     ]
-    return Section("Memory and evictions", [Chart(chart), *counters])
+    return Section("Memory and evictions", [summary, *counters])
 
 
 def _sweep_section(r: SimulationResult) -> Section:

@@ -37,7 +37,7 @@ def run_line(v: ValidationResult) -> str:
         ResetOutcome.SKIPPED: "cache not reset (--no-reset)",
     }
     return (
-        f"{v.engine} at {v.url} ({v.model}) · {fmt.count(v.num_requests)} requests {how} · "
+        f"{v.engine} at {v.url} ({v.model}) · {fmt.plural(v.num_requests, 'request')} {how} · "
         f"{reset[v.reset]} · served in {fmt.duration(v.serve_s)}"
     )
 

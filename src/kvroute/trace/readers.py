@@ -90,8 +90,18 @@ def _forced_format_hint(path: Path, forced: str) -> str:
     except InputError:
         detected = None
     if detected is not None and detected != forced:
-        return f"the file looks like a {detected} trace: drop --format {forced} (or pass --format {detected})"
-    return f"is it a {forced} trace? drop --format to detect the format, or fix the record"
+        return (
+            f"the file looks like {_a(detected)} {detected} trace: drop --format {forced} "
+            f"(or pass --format {detected})"
+        )
+    return (
+        f"is it {_a(forced)} {forced} trace? drop --format to detect the format, or fix the record"
+    )
+
+
+def _a(name: str) -> str:
+    """The article before a format's name: ``an openai``, ``a mooncake``."""
+    return "an" if name[:1] in "aeio" else "a"
 
 
 def read_trace(

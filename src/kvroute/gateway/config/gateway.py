@@ -11,10 +11,11 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kvroute.errors import InputError
 from kvroute.gateway.config.cache_view import CacheViewConfig
@@ -29,6 +30,8 @@ from kvroute.gateway.types import WorkloadClass
 
 ENGINES = ("llamacpp", "vllm", "sglang")
 ANY_POOL = "*"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,25 +214,35 @@ def parse_config(text: str, path: str, *, env: Mapping[str, str] | None = None) 
         "allow_no_keys",
     )
     env = os.environ if env is None else env
-    backends = tuple(_backend(n, env) for n in root.items("backends", required=True))
-    if not backends:
+    # Every section and item is read even after an error, so all of them are reported
+    # at once (ConfigNode.collect); a failed item is left out of what follows.
+    backend_nodes = root.items("backends", required=True)
+    backends = _collected(root, [partial(_backend, n, env) for n in backend_nodes])
+    if not backend_nodes:
         raise root.error("needs at least one backend (an empty pool answers nothing)", "backends")
-    _unique(backends, "backend", path)
-    pools = {b.pool for b in backends}
-    routes = tuple(_route(n, i, pools) for i, n in enumerate(root.items("routes")))
+    root.collect(lambda: _unique(backends, "backend", path), None)
+    # A backend with an error still names its pool, so routes to it are not refused too.
+    pools = {b.pool for b in backends} | {
+        n.data.get("pool", "default")
+        for n in backend_nodes
+        if isinstance(n.data.get("pool", ""), str)
+    }
+    routes = _collected(
+        root, [partial(_route, n, i, pools) for i, n in enumerate(root.items("routes"))]
+    )
     if not routes:
         routes = (RouteConfig(name="default", pool=ANY_POOL),)
-    _unique(routes, "route", path)
-    keys = tuple(_key(n) for n in root.items("keys"))
-    _unique(keys, "key", path)
+    root.collect(lambda: _unique(routes, "route", path), None)
+    keys = _collected(root, [partial(_key, n) for n in root.items("keys")])
+    root.collect(lambda: _unique(keys, "key", path), None)
     admin = root.child("admin")
     admin.check_keys("key_sha256")
-    return GatewayConfig(
+    config = GatewayConfig(
         backends=backends,
         routes=routes,
-        listener=_listener(root.child("listener")),
+        listener=root.collect(lambda: _listener(root.child("listener")), ListenerConfig()),
         keys=keys,
-        admin_key_sha256=admin.sha256("key_sha256", required=False),
+        admin_key_sha256=admin.collect(lambda: admin.sha256("key_sha256", required=False), None),
         limits=LimitsConfig(**root.child("limits").fields(LimitsConfig, positive=True)),
         health=HealthConfig(**root.child("health").fields(HealthConfig, positive=True)),
         breaker=BreakerConfig(**root.child("breaker").fields(BreakerConfig, positive=True)),
@@ -237,11 +250,22 @@ def parse_config(text: str, path: str, *, env: Mapping[str, str] | None = None) 
         session=SessionConfig(**root.child("session").fields(SessionConfig)),
         classify=ClassifyOptions(**root.child("classify").fields(ClassifyOptions, positive=True)),
         capture=CaptureConfig(**root.child("capture").fields(CaptureConfig, positive=True)),
-        traffic=_traffic(root.child("traffic")),
-        tokenizer=root.string("tokenizer") if "tokenizer" in root.data else "",
-        allow_no_keys=_flag(root, "allow_no_keys"),
+        traffic=root.collect(lambda: _traffic(root.child("traffic")), TrafficConfig()),
+        tokenizer=root.collect(
+            lambda: root.string("tokenizer") if "tokenizer" in root.data else "", ""
+        ),
+        allow_no_keys=root.collect(lambda: _flag(root, "allow_no_keys"), False),
         source=path,
     )
+    root.raise_problems()
+    return config
+
+
+def _collected(root: ConfigNode, reads: list[Callable[[], T]]) -> tuple[T, ...]:
+    """Each item read, the ones with an error recorded in ``root`` and left out."""
+    missing = object()
+    values = [root.collect(read, missing) for read in reads]
+    return tuple(v for v in values if v is not missing)  # type: ignore[misc]
 
 
 # -- sections ---------------------------------------------------------------------------
@@ -280,9 +304,8 @@ def _backend(node: ConfigNode, env: Mapping[str, str]) -> BackendConfig:
         "cache",
     )
     name = node.string("name")
-    url = node.string("url").rstrip("/")
-    if not re.match(r"^http://[^/\s:]+(:\d+)?(/.*)?$", url):
-        raise node.error(f"must be an http://host:port URL, got {url!r}", "url")
+    # A wrong url is recorded and the rest still read (the config is refused at the end).
+    url = node.collect(lambda: _url(node), "")
     engine = node.string("engine")
     if engine not in ENGINES:
         raise node.error(f"unknown engine '{engine}' (valid: {', '.join(ENGINES)})", "engine")
@@ -314,6 +337,13 @@ def _backend(node: ConfigNode, env: Mapping[str, str]) -> BackendConfig:
     )
 
 
+def _url(node: ConfigNode) -> str:
+    url = node.string("url").rstrip("/")
+    if not re.match(r"^http://[^/\s:]+(:\d+)?(/.*)?$", url):
+        raise node.error(f"must be an http://host:port URL, got {url!r}", "url")
+    return url
+
+
 def _cache_view(node: ConfigNode) -> CacheViewConfig:
     """The engine's flags: ``slots`` --parallel, ``capacity_tokens`` --ctx-size, for
     llama.cpp ``kv_unified`` --[no-]kv-unified, ``cache_ram_mib`` --cache-ram, and for
@@ -342,8 +372,11 @@ def _route(node: ConfigNode, index: int, pools: set[str]) -> RouteConfig:
     )
     pool = node.string("pool")
     if pool != ANY_POOL and pool not in pools:
+        # recorded, and the rest of the route still read
         valid = ", ".join(sorted(pools))
-        raise node.error(f"no backend is in pool '{pool}' (pools: {valid}, or '*')", "pool")
+        node.problems.append(
+            node.error(f"no backend is in pool '{pool}' (pools: {valid}, or '*')", "pool")
+        )
     policy = node.string("policy", DEFAULT_POLICY)
     registry = policy_registry()
     if policy not in registry:

@@ -1,22 +1,40 @@
 """A typed reader over one mapping of a YAML config: getters that check types and
-raise :class:`InputError` at the offending key's line (see yaml_lines.py)."""
+raise :class:`InputError` at the offending key's line (see yaml_lines.py).
+
+A whole config is checked in one pass: the nodes of one config share a list of
+problems; unknown keys go straight to it, and :meth:`ConfigNode.collect` runs one
+section or item, records its error and goes on, so ``serve --check`` lists every error
+at once (:meth:`ConfigNode.raise_problems`)."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
 
-from kvroute.errors import InputError
+from kvroute.errors import InputError, InputErrors
 from kvroute.gateway.config.yaml_lines import LineDict
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+T = TypeVar("T")
 
 
 class ConfigNode:
     """One mapping of the config and where it is, with typed getters that raise
     :class:`InputError` at the offending key's line."""
 
-    def __init__(self, data: Any, path: str, where: str, line: int) -> None:
+    def __init__(
+        self,
+        data: Any,
+        path: str,
+        where: str,
+        line: int,
+        problems: list[InputError] | None = None,
+    ) -> None:
+        self.problems: list[InputError] = [] if problems is None else problems
+        """Errors found so far in this config, shared by every node of it."""
         if data is None:
             data = LineDict()
             data.line, data.key_lines = line, {}
@@ -46,13 +64,33 @@ class ConfigNode:
         )
 
     def check_keys(self, *allowed: str) -> None:
+        """Record every key not in ``allowed`` (the rest of the node is still read)."""
         for key in self.data:
             if key not in allowed:
-                raise self.error(f"unknown key (valid: {', '.join(allowed)})", key)
+                self.problems.append(self.error(f"unknown key (valid: {', '.join(allowed)})", key))
+
+    def collect(self, read: Callable[[], T], fallback: T) -> T:
+        """``read()``; if it raises :class:`InputError`, record it and return ``fallback``
+        so the rest of the config is still checked."""
+        try:
+            return read()
+        except InputError as exc:
+            self.problems.append(exc)
+            return fallback
+
+    def raise_problems(self) -> None:
+        """Raise every recorded error at once, in file order (:class:`InputErrors`)."""
+        if self.problems:
+            ordered = sorted(self.problems, key=lambda e: e.line or 0)
+            raise InputErrors(ordered) if len(ordered) > 1 else ordered[0]
 
     def child(self, key: str) -> ConfigNode:
         return ConfigNode(
-            self.data.get(key), self.path, self._field(key), self._key_lines.get(key, self.line)
+            self.data.get(key),
+            self.path,
+            self._field(key),
+            self._key_lines.get(key, self.line),
+            self.problems,
         )
 
     def items(self, key: str, *, required: bool = False) -> list[ConfigNode]:
@@ -65,7 +103,8 @@ class ConfigNode:
             raise self.error("must be a list", key)
         line = self._key_lines.get(key, self.line)
         return [
-            ConfigNode(v, self.path, f"{self._field(key)}[{i}]", line) for i, v in enumerate(value)
+            ConfigNode(v, self.path, f"{self._field(key)}[{i}]", line, self.problems)
+            for i, v in enumerate(value)
         ]
 
     def _get(self, key: str, default: Any) -> Any:
@@ -114,33 +153,32 @@ class ConfigNode:
     def fields(self, cls: type, *, positive: bool = False) -> dict[str, Any]:
         """The keys of a flat section whose dataclass ``cls`` gives names, types
         (from the defaults) and defaults; numbers must be > 0 when ``positive`` (>= 0
-        where the default is 0: off)."""
+        where the default is 0: off). A wrong key is recorded and left at its default."""
         defaults = {name: getattr(cls(), name) for name in cls.__dataclass_fields__}  # type: ignore[attr-defined]
         self.check_keys(*defaults)
         out: dict[str, Any] = {}
         for key, default in defaults.items():
-            if key not in self.data:
-                continue
-            if isinstance(default, bool):
-                value = self.data[key]
-                if not isinstance(value, bool):
-                    raise self.error("must be true or false", key)
-            elif isinstance(default, int):
-                value = self.integer(key)
-            elif isinstance(default, float):
-                value = self.number(key, default)
-            else:
-                value = self.string(key)
-            if (
-                positive
-                and isinstance(value, int | float)
-                and not isinstance(value, bool)
-                and (value < 0 if default == 0 else value <= 0)
-                and key != "port"
-            ):
-                raise self.error("must be >= 0" if default == 0 else "must be > 0", key)
-            out[key] = value
+            if key in self.data:
+                value = self.collect(partial(self._flat_value, key, default, positive), None)
+                if value is not None:
+                    out[key] = value
         return out
+
+    def _flat_value(self, key: str, default: Any, positive: bool) -> Any:
+        if isinstance(default, bool):
+            value = self.data[key]
+            if not isinstance(value, bool):
+                raise self.error("must be true or false", key)
+            return value
+        if isinstance(default, int):
+            value = self.integer(key)
+        elif isinstance(default, float):
+            value = self.number(key, default)
+        else:
+            return self.string(key)
+        if positive and (value < 0 if default == 0 else value <= 0) and key != "port":
+            raise self.error("must be >= 0" if default == 0 else "must be > 0", key)
+        return value
 
 
 _REQUIRED = object()

@@ -37,6 +37,7 @@ from typing import Any
 
 from kvroute.analyze.result import EQUIVALENT_BELOW, RADIX_ABOVE, VerdictLevel
 from kvroute.gateway.config.traffic import TrafficConfig
+from kvroute.gateway.traffic.history import TrafficHistory
 from kvroute.gateway.traffic.window_index import Hashes, WindowIndex
 
 BAND_WORDS = {
@@ -184,6 +185,8 @@ class TrafficShape:
         self._candidate: VerdictLevel | None = None
         self._candidate_since_s = 0.0
         self.changes: deque[BandChange] = deque(maxlen=10)
+        self.history = TrafficHistory()
+        """Per-minute totals for the status page (the window only knows now)."""
         """The latest settled crossings."""
         self.num_changes: dict[VerdictLevel, int] = {}
 
@@ -224,6 +227,14 @@ class TrafficShape:
             predicted_cached_tokens,
         )
         self._push(obs, len(block_hashes) if num_tokens else 0)
+        self.history.add(
+            now_s,
+            backend=backend,
+            num_tokens=num_tokens,
+            matched_tokens=matched,
+            usage_prompt_tokens=usage_prompt_tokens or 0,
+            reported_cached_tokens=reported_cached_tokens,
+        )
         if predicted_cached_tokens is not None and reported_cached_tokens is not None:
             self.predicted_total[backend] = (
                 self.predicted_total.get(backend, 0) + predicted_cached_tokens

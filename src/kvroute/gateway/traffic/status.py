@@ -22,6 +22,12 @@ NOT_TOKENIZED = (
 )
 
 
+NO_TOKENIZED_YET = (
+    "prefix overlap not measured yet: no tokenized request answered in the window so far "
+    "(the cache_aware route or capture tokenizes each prompt it sees)"
+)
+
+
 def observe_request(traffic: TrafficShape, ctx: RequestContext, now_s: float) -> None:
     """A finished request that was not tokenized: class, backend, engine usage."""
     traffic.observe(
@@ -71,10 +77,16 @@ def observing_finish(
 
 
 def status(
-    traffic: TrafficShape, now_s: float, backend_names: Sequence[str] = ()
+    traffic: TrafficShape,
+    now_s: float,
+    backend_names: Sequence[str] = (),
+    *,
+    tokenizes: bool = False,
 ) -> dict[str, Any]:
     """The window's numbers (the JSON of ``/kvroute/status?format=json``).
-    ``backend_names``: the configured backends, listed (with zeros) even when idle."""
+    ``backend_names``: the configured backends, listed (with zeros) even when idle;
+    ``tokenizes``: a cache_aware route or capture tokenizes prompts, so an unmeasured
+    overlap only means none has been answered in the window yet."""
     traffic.refresh(now_s)
     cfg = traffic.config
     overlap = traffic.overlap
@@ -90,7 +102,11 @@ def status(
         "prefix_overlap": overlap,
         "prompt_tokens": traffic.num_tokens,
         "reused_tokens": traffic.matched_tokens,
-        "overlap_note": None if overlap is not None else NOT_TOKENIZED,
+        "overlap_note": None
+        if overlap is not None
+        else NO_TOKENIZED_YET
+        if tokenizes
+        else NOT_TOKENIZED,
         "band_now": level.value if level is not None else None,
         "band": traffic.band.value if traffic.band is not None else None,
         "band_meaning": BAND_WORDS[traffic.band] if traffic.band is not None else None,
@@ -101,6 +117,10 @@ def status(
             for c in traffic.changes
         ],
         "class_shares": traffic.class_shares(),
+        "history": {
+            "bucket_s": traffic.history.bucket_s,
+            "minutes": traffic.history.minutes(now_s, list(backend_names)),
+        },
         "backends": {
             name: {
                 "requests": t.num_requests,
@@ -138,7 +158,8 @@ REFRESH_S = 10
 
 
 def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:.1f} %"
+    # a non-breaking space: the browser never wraps "40.0" from its "%"
+    return "–" if x is None else f"{100 * x:.1f}\u00a0%"
 
 
 def status_html(data: dict[str, Any]) -> bytes:
@@ -149,8 +170,11 @@ def status_html(data: dict[str, Any]) -> bytes:
     colour = {"equivalent": "#2b7", "grey_zone": "#c90", "radix_pays": "#37c"}.get(
         band or "", "#888"
     )
-    rows = "".join(
-        f"<tr><td>{e(k)}</td><td>{_pct(v)}</td></tr>" for k, v in data["class_shares"].items()
+    rows = (
+        "".join(
+            f"<tr><td>{e(k)}</td><td>{_pct(v)}</td></tr>" for k, v in data["class_shares"].items()
+        )
+        or "<tr><td colspan=2>no request in the window yet</td></tr>"
     )
     brows = "".join(
         f"<tr><td>{e(name)}</td><td>{b['requests']}</td><td>{_pct(b['hit_ratio'])}</td>"
@@ -176,12 +200,14 @@ def status_html(data: dict[str, Any]) -> bytes:
         band_line = f"Band: {e(band or 'none yet')}"
     meaning = e(data["band_meaning"] or "no settled band yet")
     changes = "".join(f"<li>{e(c['message'])}</li>" for c in reversed(data["band_changes"]))
+    history = _history_html(data["history"]["minutes"])
     page = f"""<!doctype html><html><head><meta charset=utf-8>
 <meta http-equiv=refresh content={REFRESH_S}>
 <title>kvroute traffic shape</title><style>
 body{{font:14px system-ui,sans-serif;margin:2em;max-width:60em;color:#222}}
 table{{border-collapse:collapse;margin:.5em 0 1.5em}}td,th{{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:left}}
-.big{{font-size:2.4em;margin:.2em 0}}.band{{border-left:6px solid {colour};padding:.3em .8em}}
+.big{{font-size:2.4em;margin:.2em 0}}.bar{{display:inline-block;height:.7em;background:#37c;margin-right:.4em}}
+td.n{{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}}td:first-child{{white-space:nowrap}}.band{{border-left:6px solid {colour};padding:.3em .8em}}
 </style></head><body>
 <h1>Live traffic shape</h1>
 <p>Window: the last {w["num_requests"]} requests (at most {w["max_requests"]}, none older
@@ -194,10 +220,38 @@ held {data["band_hold_s"]:g} s.</p>
 <h2>Share by workload class</h2><table><tr><th>class</th><th>share</th></tr>{rows}</table>
 <h2>Backends</h2><table><tr><th>backend</th><th>requests</th><th>engine-reported hit</th>
 <th>predicted / reported cached tokens</th><th>prediction error ÷ prompt</th></tr>{brows}</table>
+{history}
 <p>Reloads every {REFRESH_S} s. JSON: <a href="?format=json">?format=json</a></p>
 </body></html>
 """
     return page.encode()
+
+
+def _history_html(minutes: list[dict[str, Any]]) -> str:
+    """The last minutes, newest first: requests (with a bar), the prefix overlap of
+    that minute's tokenized requests, and each backend's requests and engine hit."""
+    if not minutes:
+        return "<h2>Last minutes</h2><p>No request answered yet.</p>"
+    e = html.escape
+    names = list(minutes[0]["backends"])
+    peak = max(m["requests"] for m in minutes) or 1
+    head = "".join(f"<th>{e(n)}: requests · hit</th>" for n in names)
+    rows = []
+    for m in minutes:
+        when = "this minute" if m["age_min"] == 0 else f"{m['age_min']} min ago"
+        bar = f"<span class=bar style=width:{4 * m['requests'] / peak:.2f}em></span>"
+        cells = "".join(
+            f"<td class=n>{b['requests']} · {_pct(b['hit_ratio'])}</td>"
+            for b in m["backends"].values()
+        )
+        rows.append(
+            f"<tr><td>{when}</td><td class=n>{bar}{m['requests']}</td>"
+            f"<td class=n>{_pct(m['prefix_overlap'])}</td>{cells}</tr>"
+        )
+    return (
+        "<h2>Last minutes</h2><table><tr><th>minute</th><th>requests</th>"
+        f"<th>prefix overlap</th>{head}</tr>{''.join(rows)}</table>"
+    )
 
 
 class TrafficMetrics:

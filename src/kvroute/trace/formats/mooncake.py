@@ -95,7 +95,8 @@ def block_prompt(
         num_blocks or input_len
     ):
         raise RecordError(
-            f"{len(ids)} blocks of {block_size} tokens cannot hold {input_len} tokens (wrong --block-size?)",
+            f"{len(ids)} block{'' if len(ids) == 1 else 's'} of {block_size} tokens cannot hold "
+            f"{input_len} tokens (wrong --block-size?)",
             "input_length",
         )
     return BlockPrompt(hashes, block_size, input_len)
