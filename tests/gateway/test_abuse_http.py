@@ -214,6 +214,33 @@ def test_answers_a_client_does_not_read_are_not_buffered_without_bound(
     assert max(buffered) < 512 * 1024
 
 
+def test_a_client_that_reads_no_answer_for_keep_alive_s_is_closed(
+    loop_thread: LoopThread,
+) -> None:
+    """Pipelined answers never read fill the socket; after ``keep_alive_s`` with
+    nothing read the connection is closed (before: it stayed open and busy for good,
+    so enough of them filled ``max_connections`` and new clients got 503)."""
+    server = HttpServer(app, ServerLimits(keep_alive_s=0.5, pipelined_per_s=1000.0))
+    loop_thread.run(server.start("127.0.0.1", 0))
+    try:
+        with connect(server) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.setblocking(False)
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                try:
+                    s.send(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n" * 50)
+                except BlockingIOError:
+                    time.sleep(0.01)
+            stuck = len(server.connections)
+            time.sleep(1.5)
+            left = len(server.connections)
+    finally:
+        loop_thread.run(server.shutdown(0.5))
+    assert stuck == 1  # paused on its full socket, still open
+    assert left == 0
+
+
 def _read_answers(s: socket.socket, num: int, timeout_s: float = 5.0) -> bytes:
     got = b""
     s.settimeout(timeout_s)

@@ -296,8 +296,17 @@ class _Connection(asyncio.Protocol):
                     self._linger()
                     return
                 # A client that does not read its answers gets no more of them (and,
-                # with the pipelining pause, no more of its requests are read).
-                await self.drain()
+                # with the pipelining pause, no more of its requests are read); one
+                # that reads nothing for keep_alive_s is closed: else it would hold a
+                # connection (busy, so never evicted at the cap) for good.
+                # (No await unless paused: a request that arrives while this task
+                # runs counts as pipelined.)
+                if self.paused:
+                    try:
+                        await asyncio.wait_for(self.drain(), self._server.limits.keep_alive_s)
+                    except TimeoutError:
+                        self.abort()
+                        return
                 if self._pending:
                     # The next one was sent before this answer was done: pipelined.
                     # Paced, and one answer per turn of the loop at most, so a
