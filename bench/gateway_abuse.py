@@ -18,7 +18,11 @@ balancer would) and records the time to the full answer; refused or failed probe
 counted. The gateway's RSS (/proc) is read before and at the end of each phase.
 
 Run: ``.venv/bin/python bench/gateway_abuse.py``; writes
-``bench/gateway_abuse_results.json``. Loopback only; every loop is bounded in time.
+``bench/gateway_abuse_results.json``. Before/after, side by side in one run:
+``--python /work/main/.venv/bin/python .venv/bin/python --repeat 2`` (each phase runs
+on each tree's gateway in turn, the order reversed every other round; the gateway's
+CPU share and the load average are recorded per phase). ``--phases`` picks phases.
+Loopback only; every loop is bounded in time.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
 import socket
 import subprocess
 import sys
@@ -178,80 +183,122 @@ def _attack(kind: str, port: int, args: dict[str, Any], out: Any) -> None:
     out.put(result)
 
 
+def _start_gateway(python: str, tmp: Path, label: str) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """``kvroute serve`` run by ``python`` (its tree's code), ready to take connections."""
+    port = _free_port()
+    config = tmp / f"{label}.yaml"
+    config.write_text(
+        f"listener: {{host: {HOST}, port: {port}, access_log: false}}\n"
+        f"backends: [{{name: none, url: 'http://{HOST}:{_free_port()}', engine: vllm}}]\n"
+        "health: {interval_s: 60}\n"
+    )
+    argv = [python, "-c", "from kvroute.cli.serve import serve_cmd; serve_cmd()"]
+    log = tmp / f"{label}.stderr.txt"
+    with log.open("w") as err:
+        gateway = subprocess.Popen([*argv, "--config", str(config)], stderr=err)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection((HOST, port), timeout=1).close()
+            return gateway, port, log
+        except OSError:
+            assert time.monotonic() < deadline and gateway.poll() is None, log.read_text()
+            time.sleep(0.1)
+
+
+def _phase(kind: str, pid: int, port: int, args: argparse.Namespace) -> dict[str, Any]:
+    rss_before = _rss_mib(pid)
+    stop, latencies, failures = threading.Event(), [], []
+    prober = threading.Thread(target=_probe, args=(port, stop, latencies, failures))
+    queue: Any = mp.get_context("spawn").Queue()
+    attacker = None
+    if kind != "baseline":
+        attacker = mp.get_context("spawn").Process(
+            target=_attack, args=(kind, port, vars(args), queue)
+        )
+        attacker.start()
+        time.sleep(1.0)  # the attack under way before probing
+    prober.start()
+    cpu_before = _cpu_s(pid)
+    time.sleep(args.seconds - (1.0 if attacker else 0.0))
+    cpu_used = _cpu_s(pid) - cpu_before
+    rss_end = _rss_mib(pid)
+    stop.set()
+    prober.join(5)
+    attack = None
+    if attacker is not None:
+        attacker.join(args.seconds + 20)
+        attack = queue.get(timeout=5) if not queue.empty() else None
+        if attacker.is_alive():
+            attacker.kill()
+    time.sleep(2.5)  # slow connections time out, lingering ones close
+    d = describe([x * 1000 for x in latencies])
+    return {
+        "health_probes": d.count,
+        "health_failures": len(failures),
+        "failure_kinds": sorted(set(failures))[:5],
+        "health_ms": {"p50": d.p50, "p99": d.p99, "max": d.max},
+        "gateway_cpu_share": cpu_used / (args.seconds - (1.0 if attacker else 0.0)),
+        "rss_mib": {"before": rss_before, "end": rss_end, "after": _rss_mib(pid)},
+        "attack": attack,
+        "load_average": os.getloadavg()[0],
+    }
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+PHASES = ("baseline", "slow", "head", "pipeline")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--slow", type=int, default=10_000)
     parser.add_argument("--head-mib", type=int, default=100)
+    parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    parser.add_argument(
+        "--python",
+        nargs="+",
+        default=[sys.executable],
+        help="interpreters whose kvroute is served, side by side in one run (another "
+        "tree's .venv/bin/python: before vs after); each phase runs on each in turn",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of every phase")
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).with_name("gateway_abuse_results.json")
     )
     args = parser.parse_args()
-    port = _free_port()
+    labels = [str(Path(p).absolute().parents[2]) for p in args.python]  # the trees
     with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "gw.yaml"
-        config.write_text(
-            f"listener: {{host: {HOST}, port: {port}, access_log: false}}\n"
-            f"backends: [{{name: none, url: 'http://{HOST}:{_free_port()}', engine: vllm}}]\n"
-            "health: {interval_s: 60}\n"
-        )
-        argv = [sys.executable, "-c", "from kvroute.cli.serve import serve_cmd; serve_cmd()"]
-        log = Path(tmp) / "stderr.txt"
-        with log.open("w") as err:
-            gateway = subprocess.Popen([*argv, "--config", str(config)], stderr=err)
+        gateways = [
+            _start_gateway(python, Path(tmp), f"gw{i}") for i, python in enumerate(args.python)
+        ]
+        runs: list[dict[str, Any]] = []
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    socket.create_connection((HOST, port), timeout=1).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline and gateway.poll() is None
-                    time.sleep(0.1)
-            phases: dict[str, Any] = {}
-            for kind in ("baseline", "slow", "head", "pipeline"):
-                rss_before = _rss_mib(gateway.pid)
-                stop, latencies, failures = threading.Event(), [], []
-                prober = threading.Thread(target=_probe, args=(port, stop, latencies, failures))
-                queue: Any = mp.get_context("spawn").Queue()
-                attacker = None
-                if kind != "baseline":
-                    attacker = mp.get_context("spawn").Process(
-                        target=_attack, args=(kind, port, vars(args), queue)
-                    )
-                    attacker.start()
-                    time.sleep(1.0)  # the attack under way before probing
-                prober.start()
-                time.sleep(args.seconds - (1.0 if attacker else 0.0))
-                rss_end = _rss_mib(gateway.pid)
-                stop.set()
-                prober.join(5)
-                attack = None
-                if attacker is not None:
-                    attacker.join(args.seconds + 20)
-                    attack = queue.get(timeout=5) if not queue.empty() else None
-                    if attacker.is_alive():
-                        attacker.kill()
-                time.sleep(2.5)  # slow connections time out, lingering ones close
-                d = describe([x * 1000 for x in latencies])
-                phases[kind] = {
-                    "health_probes": d.count,
-                    "health_failures": len(failures),
-                    "failure_kinds": sorted(set(failures))[:5],
-                    "health_ms": {"p50": d.p50, "p99": d.p99, "max": d.max},
-                    "rss_mib": {
-                        "before": rss_before,
-                        "end": rss_end,
-                        "after": _rss_mib(gateway.pid),
-                    },
-                    "attack": attack,
-                }
-                print(kind, json.dumps(phases[kind]), flush=True)
+            for round_ in range(args.repeat):
+                for kind in args.phases:
+                    order = list(range(len(gateways)))
+                    if round_ % 2:
+                        order.reverse()  # neither tree always goes first
+                    for i in order:
+                        gateway, port, _ = gateways[i]
+                        result = _phase(kind, gateway.pid, port, args)
+                        runs.append({"tree": labels[i], "phase": kind, "round": round_, **result})
+                        print(labels[i], kind, json.dumps(result), flush=True)
         finally:
-            gateway.terminate()
-            gateway.wait(30)
-        warnings = [line for line in log.read_text().splitlines() if "connection cap" in line]
-    result = {"seconds_per_phase": args.seconds, "phases": phases, "cap_warnings": warnings[:3]}
+            for gateway, _, _ in gateways:
+                gateway.terminate()
+                gateway.wait(30)
+        warnings = [
+            line
+            for _, _, log in gateways
+            for line in log.read_text().splitlines()
+            if "connection cap" in line
+        ]
+    result = {"seconds_per_phase": args.seconds, "runs": runs, "cap_warnings": warnings[:3]}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
 
 

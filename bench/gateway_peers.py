@@ -187,6 +187,24 @@ def start_kvroute(tmp: Path, stub_port: int, cpu: int) -> _Front:
     return _Front("kvroute", proc.pid, port, stop, proc)
 
 
+def start_kvroute_tree(tree: Path, tmp: Path, stub_port: int, cpu: int) -> _Front:
+    """``kvroute serve`` from another checkout (its ``.venv``, so its code): before vs
+    after, side by side. Started like a peer, as ``kvroute serve`` runs in production."""
+    port = _free_port()
+    config = tmp / f"gateway-{tree.name}.yaml"
+    config.write_text(
+        f"listener: {{host: {HOST}, port: {port}, access_log: false}}\n"
+        f"backends:\n  - {{name: stub, url: 'http://{HOST}:{stub_port}', engine: vllm, models: [stub]}}\n"
+        "health: {interval_s: 5, scrape_counters: false}\n"
+        "limits: {max_in_flight: 4096, max_queue: 4096}\n"
+    )
+    python = str(tree / ".venv" / "bin" / "python")
+    argv = [python, "-c", "from kvroute.cli.serve import serve_cmd; serve_cmd()"]
+    name = f"kvroute@{tree}"
+    log = tmp / f"kvroute-{tree.name}.log"
+    return _start_popen(name, [*argv, "--config", str(config)], dict(os.environ), cpu, log, port)
+
+
 def _quiet_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
     env.pop("DATABASE_URL", None)
@@ -349,7 +367,16 @@ def main() -> None:
     parser.add_argument("--closed-seconds", type=float, default=4.0)
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--token-interval-ms", type=float, default=1.0)
-    parser.add_argument("--fronts", nargs="+", default=list(STARTERS), choices=list(STARTERS))
+    parser.add_argument("--fronts", nargs="*", default=list(STARTERS), choices=list(STARTERS))
+    parser.add_argument(
+        "--kvroute-trees",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="checkouts whose `kvroute serve` (TREE/.venv/bin/python) are measured too, "
+        "in this order, after --fronts: before vs after in one run (give --fronts "
+        "nothing to measure only these)",
+    )
     parser.add_argument("--start-timeout", type=float, default=150.0)
     parser.add_argument(
         "--out", default=str(Path(__file__).with_name("gateway_peers_results.json"))
@@ -376,7 +403,8 @@ def main() -> None:
             "loadavg_start": os.getloadavg(),
         },
         "stub": {"tokens": args.tokens, "token_interval_ms": args.token_interval_ms},
-        "args": {k: v for k, v in vars(args).items() if k != "out"},
+        "args": {k: v for k, v in vars(args).items() if k not in {"out", "kvroute_trees"}}
+        | {"kvroute_trees": [str(t) for t in args.kvroute_trees]},
         "versions": {},
         "fronts": {},
     }
@@ -403,12 +431,16 @@ def main() -> None:
         result["direct_closed_loop"] = uvloop.run(
             _closed_loop(direct_url, args.concurrency, args.closed_seconds, body)
         )
-        for name in args.fronts:
+        trees = {f"kvroute@{t}": t for t in args.kvroute_trees}
+        for name in [*args.fronts, *trees]:
             t0 = time.monotonic()
             print(f"== {name}", file=sys.stderr, flush=True)
             front = None
             try:
-                front = STARTERS[name](tmp, stub_port, front_cpu)
+                if name in trees:
+                    front = start_kvroute_tree(trees[name], tmp, stub_port, front_cpu)
+                else:
+                    front = STARTERS[name](tmp, stub_port, front_cpu)
                 _wait_ready(front.port, front.proc, args.start_timeout, body)
                 startup = round(time.monotonic() - t0, 1)
                 r = measure(front, direct_url, args, body)
@@ -474,6 +506,9 @@ def _summary(result: dict[str, Any]) -> dict[str, Any]:
             )
     m = s["max_req_per_s"]
     c = s.get("one_core_req_per_s_from_cpu", {})
+    trees = [n for n in c if n.startswith("kvroute@") and c[n]]
+    for name in trees[1:]:
+        s[f"{name}_over_{trees[0]}_cpu_per_request"] = round(c[trees[0]] / c[name], 2)
     for peer in ("litellm", "sglang-router"):
         if m.get("kvroute") and m.get(peer):
             s[f"kvroute_over_{peer}_max_req_per_s"] = round(m["kvroute"] / m[peer], 2)

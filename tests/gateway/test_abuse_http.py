@@ -214,6 +214,86 @@ def test_answers_a_client_does_not_read_are_not_buffered_without_bound(
     assert max(buffered) < 512 * 1024
 
 
+def test_a_client_that_reads_no_answer_for_keep_alive_s_is_closed(
+    loop_thread: LoopThread,
+) -> None:
+    """Pipelined answers never read fill the socket; after ``keep_alive_s`` with
+    nothing read the connection is closed (before: it stayed open and busy for good,
+    so enough of them filled ``max_connections`` and new clients got 503)."""
+    server = HttpServer(app, ServerLimits(keep_alive_s=0.5, pipelined_per_s=1000.0))
+    loop_thread.run(server.start("127.0.0.1", 0))
+    try:
+        with connect(server) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.setblocking(False)
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline:
+                try:
+                    s.send(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n" * 50)
+                except BlockingIOError:
+                    time.sleep(0.01)
+            stuck = len(server.connections)
+            time.sleep(1.5)
+            left = len(server.connections)
+    finally:
+        loop_thread.run(server.shutdown(0.5))
+    assert stuck == 1  # paused on its full socket, still open
+    assert left == 0
+
+
+def _read_answers(s: socket.socket, num: int, timeout_s: float = 5.0) -> bytes:
+    got = b""
+    s.settimeout(timeout_s)
+    while got.count(b"HTTP/1.1 200") < num or not got.endswith(b"ok "):
+        piece = s.recv(65536)
+        assert piece, got[-200:]
+        got += piece
+    return got
+
+
+def test_pipelined_requests_are_paced_per_connection(loop_thread: LoopThread) -> None:
+    """A connection that pipelines gets ``max_pipelined`` answers at once, then
+    ``pipelined_per_s``; another connection is answered at once meanwhile (before:
+    every pipelined request was answered at full speed, so 8 connections that never
+    read their answers took the gateway's CPU and pushed a prober's p99 to 95 ms)."""
+    limits = ServerLimits(max_pipelined=2, pipelined_per_s=40.0)
+    server = HttpServer(app, limits)
+    loop_thread.run(server.start("127.0.0.1", 0))
+    try:
+        with connect(server) as flood, connect(server) as other:
+            start = time.monotonic()
+            flood.sendall(GET * 12)
+            time.sleep(0.05)
+            t0 = time.monotonic()
+            other.sendall(GET)
+            _read_answers(other, 1)
+            other_s = time.monotonic() - t0
+            _read_answers(flood, 12)
+            flood_s = time.monotonic() - start
+    finally:
+        loop_thread.run(server.shutdown(0.5))
+    # 1 answered unpaced, 2 in the burst, 9 at 40/s: at least 0.225 s.
+    assert flood_s >= 9 / 40 - 0.01
+    assert other_s < 0.1
+
+
+def test_a_keep_alive_client_that_waits_for_its_answers_is_not_paced(
+    loop_thread: LoopThread,
+) -> None:
+    server = HttpServer(app, ServerLimits(pipelined_per_s=5.0))
+    loop_thread.run(server.start("127.0.0.1", 0))
+    try:
+        with connect(server) as s:
+            start = time.monotonic()
+            for _ in range(30):
+                s.sendall(GET)
+                _read_answers(s, 1)
+            elapsed_s = time.monotonic() - start
+    finally:
+        loop_thread.run(server.shutdown(0.5))
+    assert elapsed_s < 30 / 5 / 4  # paced it would take 6 s
+
+
 # -- framing ----------------------------------------------------------------------------
 
 

@@ -18,7 +18,8 @@ Limits enforced here, before a handler runs (:class:`ServerLimits`): the body si
 (414/431 as soon as it passes, however it is split); the time a head or a body may
 take to arrive (408: slow clients cannot hold connections); the number of open
 connections (the longest-waiting idle one is closed to make room, with a warning);
-how many pipelined requests are read ahead (then reading pauses); malformed HTTP,
+how many pipelined requests are read ahead (then reading pauses) and how fast they
+are answered (``pipelined_per_s`` a connection); malformed HTTP,
 a missing or repeated Host, a transfer coding other than chunked (400/501).
 Keep-alive follows HTTP/1.1 (HTTP/1.0: only when asked, and said so; streams to
 1.0 clients are unframed, ended by the close); pipelined requests are answered in
@@ -63,6 +64,13 @@ class ServerLimits:
     max_pipelined: int = 4
     """Requests read ahead of the one being answered; then reading pauses (TCP's
     back-pressure holds the rest in the client)."""
+    pipelined_per_s: float = 20.0
+    """Pipelined requests (sent before the answer to the one before was complete)
+    answered per second and connection, after a burst of ``max_pipelined``. No
+    client in use pipelines (browsers, SDKs and proxies wait for each answer), and a
+    server cannot tell whether pipelined answers are read before the socket buffers
+    fill (megabytes); unpaced, one connection that never reads makes the gateway
+    answer tens of thousands of cheap requests at full speed."""
 
 
 _CAP_LOG_EVERY_S = 10.0
@@ -111,6 +119,8 @@ class _Connection(asyncio.Protocol):
         self._current: Request | None = None
         self._streaming_sse = False
         self._timer: asyncio.TimerHandle | None = None
+        self._pipelined_due_s = 0.0
+        """When the next pipelined answer may begin (see ServerLimits.pipelined_per_s)."""
         self.client = ""
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -286,12 +296,22 @@ class _Connection(asyncio.Protocol):
                     self._linger()
                     return
                 # A client that does not read its answers gets no more of them (and,
-                # with the pipelining pause, no more of its requests are read).
-                await self.drain()
+                # with the pipelining pause, no more of its requests are read); one
+                # that reads nothing for keep_alive_s is closed: else it would hold a
+                # connection (busy, so never evicted at the cap) for good.
+                # (No await unless paused: a request that arrives while this task
+                # runs counts as pipelined.)
+                if self.paused:
+                    try:
+                        await asyncio.wait_for(self.drain(), self._server.limits.keep_alive_s)
+                    except TimeoutError:
+                        self.abort()
+                        return
                 if self._pending:
-                    # One answer per turn of the loop: a pipelining client does not
-                    # hold the loop for a whole read's worth of requests.
-                    await asyncio.sleep(0)
+                    # The next one was sent before this answer was done: pipelined.
+                    # Paced, and one answer per turn of the loop at most, so a
+                    # pipelining client neither holds the loop nor its CPU.
+                    await asyncio.sleep(self._pipelined_wait_s())
         except asyncio.CancelledError:
             pass
         finally:
@@ -336,6 +356,16 @@ class _Connection(asyncio.Protocol):
             if response is not None:
                 response.close()
             self._server.notify_idle()
+
+    def _pipelined_wait_s(self) -> float:
+        """How long the next pipelined answer waits: ``pipelined_per_s``, with a burst
+        of ``max_pipelined`` (a virtual schedule: each answer books the next slot)."""
+        limits = self._server.limits
+        interval_s = 1.0 / limits.pipelined_per_s
+        now = time.monotonic()
+        due = max(self._pipelined_due_s, now - (limits.max_pipelined - 1) * interval_s)
+        self._pipelined_due_s = due + interval_s
+        return max(0.0, due - now)
 
     def cut(self) -> str | None:
         """Shut down now: an SSE stream in progress ends with a terminal error event
