@@ -1,4 +1,4 @@
-"""Cache-aware routing on 4 real llama-server replicas: kvroute vs round robin vs sglang-router.
+"""Cache-aware routing on real replicas (llama-server or SGLang): kvroute vs round robin vs sglang-router.
 
 Four ``llama-server`` replicas (SmolLM2-135M GGUF, ``--parallel 2``, 4096 tokens per
 slot, ``--cache-ram 0`` so a slot is the only cache, ``cache_prompt`` on: the server's
@@ -33,6 +33,21 @@ sglang-router is installed into a throwaway venv (never the project's)::
 
 Run: ``nice .venv/bin/python bench/gateway_cache_routing.py`` (about an hour and a half on
 2 shared cores). Writes ``bench/gateway_cache_routing_results.json`` and prints a table.
+
+``--engine sglang`` puts the fronts in front of real SGLang-CPU servers instead
+(``kvroute engines up --engine sglang``: SGLang's own scheduler and radix cache,
+plain-torch layers), the pairing sglang-router is built for. Defaults then: 2 replicas,
+each ``--max-running-requests 4``, a pool of ``--sglang-pool-tokens`` (8,192), page
+size 1, LRU; kvroute's view of each is SGLang's radix model with those settings
+(``cache: {capacity_tokens}``) on the served model's own tokenizer. Per replica the
+engine-reported hit is ``sglang:cached_tokens_total`` ÷ ``sglang:prompt_tokens_total``
+and the request count ``sglang:num_requests_total`` (deltas); the cache is emptied with
+``POST /flush_cache`` before each front. SGLang-CPU prefills at tens to hundreds of
+tokens a second here, so keep runs small, e.g. one workload per call::
+
+    nice .venv/bin/python bench/gateway_cache_routing.py --engine sglang \
+        --workloads agent --num-requests 24 --concurrency 4 --max-tokens 4 \
+        --out bench/gateway_cache_routing_sglang_agent.json
 """
 
 from __future__ import annotations
@@ -69,7 +84,10 @@ from kvroute.engines.llamacpp import LlamaCppAdapter, cache_counters_from_metric
 from kvroute.engines.local import LocalEngines, free_port
 from kvroute.engines.paths import default_model_path
 from kvroute.engines.process import Lifetime
+from kvroute.engines.sglang import SglangAdapter
+from kvroute.engines.sglang import cache_counters_from_metrics as sglang_cache_counters
 from kvroute.engines.state import EngineRecord, StateDir
+from kvroute.engines.vllm_paths import vllm_model_dir
 from kvroute.trace.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +95,8 @@ KVROUTE = ROOT / ".venv" / "bin" / "kvroute"
 SGLR_PY = Path("/tmp/kvroute-bench/sglr-venv/bin/python")
 HOST = "127.0.0.1"
 TOKENS_PREDICTED = "llamacpp:tokens_predicted_total"
+SGLANG_REQUESTS = "sglang:num_requests_total"
+ENGINES = ("llamacpp", "sglang")
 FRONTS = ("kvroute-rr", "kvroute-ca", "sglr-ca")
 # Enough sessions that 4 replicas x 2 slots thrash under a careless router. Each entry:
 # the kvroute bench workload and its parameters. "multiturn-own" is multiturn with a
@@ -115,7 +135,8 @@ WORKLOADS: dict[str, tuple[str, dict[str, str]]] = {
 class ReplicaReading:
     prompt_tokens: int
     cached_tokens: int
-    predicted_tokens: int
+    finished: int
+    """llama-server: generated tokens (its /metrics counts no requests); SGLang: requests."""
 
 
 async def read_replicas(records: Sequence[EngineRecord]) -> list[ReplicaReading]:
@@ -123,17 +144,26 @@ async def read_replicas(records: Sequence[EngineRecord]) -> list[ReplicaReading]
         out = []
         for rec in records:
             metrics = await get_metrics(client, rec.base_url)
-            counters = cache_counters_from_metrics(metrics)
-            assert counters.prompt_tokens is not None and counters.cached_tokens is not None
-            predicted = counter_value(metrics, TOKENS_PREDICTED) or 0
-            out.append(ReplicaReading(counters.prompt_tokens, counters.cached_tokens, predicted))
+            if rec.engine == "sglang":
+                counters = sglang_cache_counters(metrics)
+                finished = counter_value(metrics, SGLANG_REQUESTS) or 0
+            else:
+                counters = cache_counters_from_metrics(metrics)
+                finished = counter_value(metrics, TOKENS_PREDICTED) or 0
+            # SGLang serves its prompt/cached counters only after its first request
+            out.append(
+                ReplicaReading(counters.prompt_tokens or 0, counters.cached_tokens or 0, finished)
+            )
         return out
 
 
 async def erase_replicas(records: Sequence[EngineRecord]) -> None:
     async with httpx.AsyncClient() as client:
         for rec in records:
-            await LlamaCppAdapter(rec.base_url, client=client).reset_cache()
+            if rec.engine == "sglang":
+                await SglangAdapter(rec.base_url, client=client).reset_cache()
+            else:
+                await LlamaCppAdapter(rec.base_url, client=client).reset_cache()
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 90.0) -> None:
@@ -150,14 +180,19 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 90.0) 
     raise RuntimeError(f"{url} not ready within {timeout_s} s")
 
 
-def kvroute_config(records: Sequence[EngineRecord], policy: str, slots: int) -> str:
+def kvroute_config(records: Sequence[EngineRecord], policy: str, args: argparse.Namespace) -> str:
+    if args.engine == "sglang":
+        cache = f"{{capacity_tokens: {args.sglang_pool_tokens}}}"
+        tokenizer = vllm_model_dir()  # the HF directory SGLang serves
+    else:
+        cache = f"{{slots: {args.slots}, capacity_tokens: {args.slots * 4096}, cache_ram_mib: 0}}"
+        tokenizer = default_model_path()
     backends = "".join(
-        f"  - {{name: r{i}, url: '{r.base_url}', engine: llamacpp, "
-        f"cache: {{slots: {slots}, capacity_tokens: {slots * 4096}, cache_ram_mib: 0}}}}\n"
+        f"  - {{name: r{i}, url: '{r.base_url}', engine: {args.engine}, cache: {cache}}}\n"
         for i, r in enumerate(records)
     )
     return (
-        f"tokenizer: '{default_model_path()}'\n"
+        f"tokenizer: '{tokenizer}'\n"
         f"backends:\n{backends}"
         f"routes: [{{name: r, pool: default, policy: {policy}}}]\n"
     )
@@ -170,14 +205,14 @@ def quiet_env() -> dict[str, str]:
 
 
 def start_front(
-    front: str, records: Sequence[EngineRecord], tmp: Path, slots: int
+    front: str, records: Sequence[EngineRecord], tmp: Path, args: argparse.Namespace
 ) -> tuple[str, subprocess.Popen[bytes]]:
     port = free_port()
     log = open(tmp / f"{front}.log", "ab")  # noqa: SIM115 - lives as long as the front
     if front.startswith("kvroute"):
         policy = "round_robin" if front.endswith("rr") else "cache_aware"
         config = tmp / f"{front}.yaml"
-        config.write_text(kvroute_config(records, policy, slots))
+        config.write_text(kvroute_config(records, policy, args))
         argv = [str(KVROUTE), "serve", "--config", str(config), "--port", str(port)]
         argv += ["--no-access-log", "-q"]
         env = dict(os.environ)
@@ -235,7 +270,7 @@ def run_front(
     tmp: Path,
 ) -> dict[str, Any]:
     asyncio.run(erase_replicas(records))
-    url, proc = start_front(front, records, tmp, args.slots)
+    url, proc = start_front(front, records, tmp, args)
     try:
         before = asyncio.run(read_replicas(records))
         name, params = WORKLOADS[workload]
@@ -262,10 +297,8 @@ def run_front(
     ttfts = sorted(t for r in recs if (t := ttft_s(r)) is not None)
     prompt = [a.prompt_tokens - b.prompt_tokens for a, b in zip(after, before, strict=True)]
     cached = [a.cached_tokens - b.cached_tokens for a, b in zip(after, before, strict=True)]
-    reqs = [
-        (a.predicted_tokens - b.predicted_tokens) / args.max_tokens
-        for a, b in zip(after, before, strict=True)
-    ]
+    per_request = 1 if args.engine == "sglang" else args.max_tokens
+    reqs = [(a.finished - b.finished) / per_request for a, b in zip(after, before, strict=True)]
     resp_prompt = sum(r.prompt_tokens or 0 for r in recs)
     resp_cached = sum(r.cached_tokens or 0 for r in recs)
     return {
@@ -324,12 +357,20 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def start_replicas(state: Path, args: argparse.Namespace) -> list[EngineRecord]:
-    options = LaunchOptions(parallel=args.slots, ctx_tokens=4096, threads=args.threads)
+    if args.engine == "sglang":
+        options = LaunchOptions(
+            parallel=args.slots,
+            ctx_tokens=4096,
+            threads=args.threads,
+            sglang_max_total_tokens=args.sglang_pool_tokens,
+        )
+    else:
+        options = LaunchOptions(parallel=args.slots, ctx_tokens=4096, threads=args.threads)
 
     async def up() -> list[EngineRecord]:
         async with httpx.AsyncClient() as client:
             return await LocalEngines(StateDir(state), client=client).up(
-                "llamacpp",
+                args.engine,
                 replicas=args.replicas,
                 options=options,
                 lifetime=Lifetime.TIED_TO_PARENT,
@@ -363,19 +404,28 @@ def table(rows: Sequence[dict[str, Any]], say: Callable[[str], None]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--engine", choices=ENGINES, default="llamacpp", help="the replicas' engine")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--fronts", default=",".join(FRONTS))
     ap.add_argument("--num-requests", type=int, default=96)
     ap.add_argument("--concurrency", type=int, default=8, help="closed-loop users")
     ap.add_argument("--max-tokens", type=int, default=8)
-    ap.add_argument("--replicas", type=int, default=4)
-    ap.add_argument("--slots", type=int, default=2)
+    ap.add_argument("--replicas", type=int, help="default: 4 llama-servers, 2 SGLang servers")
+    ap.add_argument(
+        "--slots", type=int, help="llama-server slots (default 2) / SGLang running requests (4)"
+    )
+    ap.add_argument(
+        "--sglang-pool-tokens", type=int, default=8192, help="SGLang --max-total-tokens"
+    )
     ap.add_argument("--threads", type=int, default=1, help="llama-server threads per replica")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "gateway_cache_routing_results.json"
     )
     args = ap.parse_args()
+    sglang = args.engine == "sglang"
+    args.replicas = args.replicas or (2 if sglang else 4)
+    args.slots = args.slots or (4 if sglang else 2)
     rows: list[dict[str, Any]] = []
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="kvroute-cr-") as tmp_name:
@@ -395,9 +445,11 @@ def main() -> None:
     table(rows, print)
     result = {
         "setup": {
+            "engine": args.engine,
             "replicas": args.replicas,
             "slots_per_replica": args.slots,
             "ctx_tokens_per_slot": 4096,
+            "sglang_pool_tokens": args.sglang_pool_tokens if sglang else None,
             "threads_per_replica": args.threads,
             "num_requests": args.num_requests,
             "closed_loop_users": args.concurrency,

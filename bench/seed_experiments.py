@@ -1,12 +1,17 @@
-"""The seed experiments on the CPU testbed: llama-server vs vLLM-CPU, same SmolLM2-135M.
+"""The seed experiments on the CPU testbed: llama-server vs vLLM-CPU vs SGLang-CPU, same
+SmolLM2-135M.
 
 Run:  .venv/bin/python bench/seed_experiments.py [--workloads rag,multiturn,...]
-          [--loads 1,4] [-n 16] [--llamacpp-url URL] [--vllm-url URL]
+          [--engines llamacpp,vllm,sglang] [--loads 1,4] [-n 16]
+          [--llamacpp-url URL] [--vllm-url URL] [--sglang-url URL] [--merge]
       .venv/bin/python bench/seed_experiments.py --charts-only | --tables
 
-Starts llama-server (the GGUF, 4 slots) and vLLM-CPU (the HF conversion, 4 sequences,
-32-token blocks, eager) with kvroute's own launcher, one compute thread each, unless a URL
-is given. For each workload (rag, multiturn, agent, json, code: sizes cut down so the
+Starts llama-server (the GGUF, 4 slots), vLLM-CPU (the HF conversion, 4 sequences,
+32-token blocks, eager) and SGLang-CPU (the HF conversion, 4 running requests, a
+16,384-token radix pool, page size 1, plain-torch layers) with kvroute's own launcher,
+one compute thread each, unless a URL is given. ``--merge`` keeps the workloads of an
+existing summary.json that this call does not run, so a long experiment can be run a
+few workloads at a time. For each workload (rag, multiturn, agent, json, code: sizes cut down so the
 whole experiment fits a shared 2-core machine) it runs `kvroute bench` once with both
 endpoints side by side: the same pre-generated requests and closed-loop schedule go to
 each engine one after the other, each from a cold cache (reset through its adapter), at
@@ -47,11 +52,12 @@ from kvroute.engines.launch import LaunchOptions  # noqa: E402
 from kvroute.engines.local import LocalEngines  # noqa: E402
 from kvroute.engines.paths import llama_server_path  # noqa: E402
 from kvroute.engines.process import Lifetime  # noqa: E402
+from kvroute.engines.sglang_paths import sglang_python_path  # noqa: E402
 from kvroute.engines.state import StateDir  # noqa: E402
 from kvroute.engines.vllm_paths import vllm_python_path  # noqa: E402
 from kvroute.report.svg import Bars, bar_chart  # noqa: E402
 
-ENGINES = ("llamacpp", "vllm")
+ENGINES = ("llamacpp", "vllm", "sglang")
 WORKLOADS: dict[str, dict[str, str]] = {
     # Sizes are cut down from the workloads' defaults so that a cold prefill stays within
     # seconds on a shared 2-core machine; the structure (what is shared) is unchanged.
@@ -91,10 +97,12 @@ WORKLOADS: dict[str, dict[str, str]] = {
     },
     "code": {"context_tokens": "256", "output_tokens": "16"},
 }
-LAUNCH = LaunchOptions(parallel=4, ctx_tokens=4096, threads=1, vllm_enforce_eager=True)
+LAUNCH = LaunchOptions(
+    parallel=4, ctx_tokens=4096, threads=1, vllm_enforce_eager=True, sglang_max_total_tokens=16384
+)
 OUT_DIR = ROOT / "bench" / "seed_results"
 IMG_DIR = ROOT / "docs" / "img"
-ENGINE_LABEL = {"llamacpp": "llama-server", "vllm": "vLLM-CPU"}
+ENGINE_LABEL = {"llamacpp": "llama-server", "vllm": "vLLM-CPU", "sglang": "SGLang-CPU"}
 
 
 def main() -> None:
@@ -102,11 +110,18 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--engines", default=",".join(ENGINES), help="which engines, comma-separated")
     ap.add_argument("--loads", default="1,4", help="closed-loop users per run, comma-separated")
     ap.add_argument("-n", "--num-requests", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--llamacpp-url", help="use this llama-server instead of starting one")
     ap.add_argument("--vllm-url", help="use this vLLM server instead of starting one")
+    ap.add_argument("--sglang-url", help="use this SGLang server instead of starting one")
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other workloads of an existing summary.json (run a few at a time)",
+    )
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
     ap.add_argument("--img-dir", type=Path, default=IMG_DIR)
     ap.add_argument("--charts-only", action="store_true", help="redraw charts from summary.json")
@@ -126,12 +141,19 @@ def main() -> None:
         unknown = sorted(set(names) - set(WORKLOADS))
         if unknown:
             ap.error(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
+        chosen = [e for e in args.engines.split(",") if e]
+        if not chosen or set(chosen) - set(ENGINES):
+            ap.error(f"--engines {args.engines!r}: choose from {', '.join(ENGINES)}")
+        args.engine_list = [e for e in ENGINES if e in chosen]
         args.out_dir.mkdir(parents=True, exist_ok=True)
-        with engines(args.llamacpp_url, args.vllm_url) as urls:
-            given = [e for e in ENGINES if getattr(args, f"{e}_url")]
-            meta = machine(given)
+        given_urls = {e: getattr(args, f"{e}_url") for e in args.engine_list}
+        with engines(given_urls) as urls:
+            given = [e for e in args.engine_list if given_urls[e]]
+            meta = machine(given, urls)
             done = [run_workload(name, urls, args) for name in names]
         summary = summarize(meta, done, args.out_dir)
+        if args.merge and summary_path.is_file():
+            summary = merged(json.loads(summary_path.read_text()), summary)
         summary_path.write_text(json.dumps(summary, indent=2) + "\n")
         print(f"wrote {summary_path}")
     for path in draw_charts(json.loads(summary_path.read_text()), args.img_dir):
@@ -139,15 +161,14 @@ def main() -> None:
 
 
 @contextlib.contextmanager
-def engines(llamacpp_url: str | None, vllm_url: str | None) -> Iterator[dict[str, str]]:
-    """Both engines' URLs: the given ones, or servers started here (stopped on exit)."""
-    given = {"llamacpp": llamacpp_url, "vllm": vllm_url}
+def engines(given: dict[str, str | None]) -> Iterator[dict[str, str]]:
+    """The chosen engines' URLs: the given ones, or servers started here (stopped on exit)."""
     with tempfile.TemporaryDirectory(prefix="kvroute-seed-") as tmp:
         state = StateDir(Path(tmp))
         urls: dict[str, str] = {}
         try:
-            for engine in ENGINES:
-                url = given[engine]
+            for engine, url_given in given.items():
+                url = url_given
                 if url is None:
                     t0 = time.perf_counter()
                     url = asyncio.run(_start(engine, state))
@@ -171,7 +192,7 @@ async def _stop(state: StateDir) -> None:
         await LocalEngines(state, client=client).down()
 
 
-def machine(urls_given: list[str]) -> dict[str, Any]:
+def machine(urls_given: list[str], urls: dict[str, str]) -> dict[str, Any]:
     """What the numbers were measured on: CPUs, engines and their settings."""
     cpu_model = next(
         (
@@ -181,12 +202,21 @@ def machine(urls_given: list[str]) -> dict[str, Any]:
         ),
         platform.processor(),
     )
-    return {
+    meta: dict[str, Any] = {
         "date_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
         "cpus": os.cpu_count(),
         "cpu_model": cpu_model,
-        "llama_server": _output([str(llama_server_path()), "--version"]),
-        "vllm": _output([str(vllm_python_path()), "-c", "import vllm; print(vllm.__version__)"]),
+        "engines": list(urls),
+    }
+    if "llamacpp" in urls:
+        meta["llama_server"] = _output([str(llama_server_path()), "--version"])
+    # Read from the venvs' dist-info: importing vllm or sglang takes minutes on a busy box.
+    if "vllm" in urls:
+        meta["vllm"] = _dist_version(vllm_python_path(), "vllm_cpu")
+    if "sglang" in urls:
+        meta["sglang"] = _dist_version(sglang_python_path(), "sglang")
+        meta["sglang_grammar_backend"] = sglang_grammar_backend(urls["sglang"])
+    return meta | {
         "launch": {
             "parallel": LAUNCH.parallel,
             "ctx_tokens": LAUNCH.ctx_tokens,
@@ -194,8 +224,44 @@ def machine(urls_given: list[str]) -> dict[str, Any]:
             "vllm_block_size_tokens": LAUNCH.vllm_block_size_tokens,
             "vllm_kv_cache_gib": LAUNCH.vllm_kv_cache_gib,
             "vllm_enforce_eager": LAUNCH.vllm_enforce_eager,
+            "sglang_max_total_tokens": LAUNCH.sglang_max_total_tokens,
+            "sglang_page_size": LAUNCH.sglang_page_size,
         },
         "urls_given": urls_given,  # engines used at a given URL, not started here
+    }
+
+
+def _dist_version(python: Path, dist: str) -> str:
+    """The installed version of distribution ``dist`` in the venv of ``python``."""
+    found = sorted(python.parent.parent.glob(f"lib/python*/site-packages/{dist}-*.dist-info"))
+    return found[-1].name.removesuffix(".dist-info").split("-", 1)[1] if found else "unknown"
+
+
+def sglang_grammar_backend(url: str) -> str | None:
+    """The grammar backend the SGLang server resolved (its ``/get_server_info``): the one
+    that constrained the ``json`` workload's answers."""
+    try:
+        info = httpx.get(f"{url}/get_server_info", timeout=30).json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    backend = info.get("grammar_backend") if isinstance(info, dict) else None
+    return backend if isinstance(backend, str) else None
+
+
+def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` plus the workloads of ``old`` it did not run (each keeps its own machine
+    reading under ``machine_by_workload``)."""
+    ran = {w["workload"] for w in new["workloads"]}
+    by_workload = dict(old.get("machine_by_workload", {}))
+    for w in old["workloads"]:
+        by_workload.setdefault(w["workload"], old["machine"])
+    for w in ran:
+        by_workload[w] = new["machine"]
+    kept = [w for w in old["workloads"] if w["workload"] not in ran]
+    return new | {
+        "workloads": sorted(kept + new["workloads"], key=lambda w: _order((w["workload"], 0))),
+        "rows": [r for r in old["rows"] if r["workload"] not in ran] + new["rows"],
+        "machine_by_workload": by_workload,
     }
 
 
@@ -213,7 +279,7 @@ def run_workload(name: str, urls: dict[str, str], args: argparse.Namespace) -> d
     out = args.out_dir / f"{name}.json"
     argv = [
         str(ROOT / ".venv" / "bin" / "kvroute"), "bench",
-        *(a for e in ENGINES for a in ("-e", f"{e}={urls[e]},engine={e}")),
+        *(a for e in args.engine_list for a in ("-e", f"{e}={urls[e]},engine={e}")),
         "-w", name,
         *(a for k, v in WORKLOADS[name].items() for a in ("-p", f"{k}={v}")),
         "-n", str(args.num_requests),
