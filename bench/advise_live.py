@@ -252,6 +252,18 @@ def measured_engines(workload: str) -> list[str]:
     ]
 
 
+def medians(workload: str, engine: str, requests: list[int]) -> dict[str, float | None]:
+    """Measured TTFT and TPOT p50 (seconds) of ``requests`` on ``engine``."""
+    from kvroute.bench.metrics import tpot_s, ttft_s
+    from kvroute.stats import describe
+
+    (only,) = load_result(WORK / f"bench-{workload}-{engine}.json").runs
+    recs = [r for r in only.requests if r.index in set(requests)]
+    ttft = [v for r in recs if (v := ttft_s(r)) is not None]
+    tpot = [v for r in recs if (v := tpot_s(r)) is not None]
+    return {"ttft_p50_s": describe(ttft).p50, "tpot_p50_s": describe(tpot).p50}
+
+
 def advise_phase() -> None:
     rows = []
     skipped = {}
@@ -282,6 +294,14 @@ def advise_phase() -> None:
             s["engine"]: s["value"] for s in largest["scores"] if s.get("latency") is not None
         }
         best = max(got.values()) if got else None
+        p50 = {
+            s["engine"]: {
+                "predicted": {k: s["latency"][k] for k in ("ttft_p50_s", "tpot_p50_s")},
+                "measured": medians(w, s["engine"], idx),
+            }
+            for s in largest["scores"]
+            if s.get("latency") is not None
+        }
         rows.append(
             {
                 "workload": w,
@@ -294,6 +314,7 @@ def advise_phase() -> None:
                 "evidence": advice["inputs"]["evidence"],
                 "predicted_attainment": predicted,
                 "measured_attainment": got,
+                "p50": p50,
                 "measured_best": sorted(e for e, v in got.items() if v == best),
                 "agrees": best is not None and got.get(largest["engine"]) == best,
                 "headline": largest["headline"],
@@ -390,6 +411,14 @@ def pct(x: float | None) -> str:
     return "–" if x is None else f"{x:.0%}"
 
 
+def sec(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f} s"
+
+
+def ms(x: float | None) -> str:
+    return "–" if x is None else f"{x * 1e3:.0f} ms"
+
+
 def report() -> None:
     doc = json.loads(RESULTS.read_text())
     print(f"SLO `{doc['slo']}`, {doc['num_requests']} requests per workload, one user\n")
@@ -406,7 +435,16 @@ def report() -> None:
             f"{' / '.join(pct(m.get(e)) for e in ENGINES)} | {', '.join(r['measured_best'])} | "
             f"{'yes' if r['agrees'] else 'no'} |"
         )
-    print(f"\nagreement {doc['agreement']}")
+    print(f"\nagreement {doc['agreement']}\n")
+    print("| workload | engine | TTFT p50 predicted / measured | TPOT p50 predicted / measured |")
+    print("|---|---|---|---|")
+    for r in doc["rows"]:
+        for e, v in r.get("p50", {}).items():
+            pr, me = v["predicted"], v["measured"]
+            print(
+                f"| {r['workload']} | {e} | {sec(pr['ttft_p50_s'])} / {sec(me['ttft_p50_s'])} | "
+                f"{ms(pr['tpot_p50_s'])} / {ms(me['tpot_p50_s'])} |"
+            )
     for w, why in doc.get("skipped", {}).items():
         print(f"not scored: {w} ({why})")
     if "serve" in doc:
