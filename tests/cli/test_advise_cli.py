@@ -348,6 +348,7 @@ def test_a_working_set_of_two_pools_gets_two_replicas_behind_cache_aware_routing
     assert {r["policy"] for r in config["routes"]} == {"cache_aware"}
     script = (out / "launch-vllm.sh").read_text()
     assert "PORTS=(9100 9110)" in script
+    assert "advised: the deployment runs them" in (out / "report.html").read_text()
     monkeypatch.chdir(tmp_path)
     code, stdout, stderr = run("serve", "--config", str(out / "gateway.yaml"), "--check")
     assert code == 0, stderr
