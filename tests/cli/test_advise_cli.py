@@ -283,3 +283,80 @@ def test_a_capacity_bound_hash_only_trace_is_led_by_capacity(tmp_path: Path) -> 
         and cap["pool_for_target_tokens"] > 8 * cap["pool_tokens"]
     )
     assert advice["headline"] in stdout
+
+
+def two_pool_trace(path: Path) -> Path:
+    """Four documents of 40 blocks (20k tokens) in pairs of requests, in turn: an 82k-token
+    working set against a ~47k-token pool (SmolLM2, 1 GiB on the CPU). One instance keeps
+    about half; two, each holding the two documents session routing sends it, keep all;
+    round robin sends every document to both and keeps nothing."""
+    lines = []
+    for i in range(300):
+        doc = (i // 2) % 4
+        hashes = [doc * 1000 + b for b in range(40)] + [100_000 + i]
+        lines.append(
+            json.dumps(
+                {
+                    "timestamp": i * 1000,
+                    "input_length": 41 * 512,
+                    "output_length": 16,
+                    "hash_ids": hashes,
+                }
+            )
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_working_set_of_two_pools_gets_two_replicas_behind_cache_aware_routing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = two_pool_trace(tmp_path / "two-pools.jsonl")
+    out = tmp_path / "out"
+    code, _, stderr = run(
+        "advise",
+        str(trace),
+        "--out",
+        str(out),
+        "--gpu",
+        "cpu",
+        "--model",
+        "smollm2-135m",
+        "--engines",
+        "vllm,sglang",
+        "--url",
+        "vllm=http://127.0.0.1:9100",
+        "-q",
+    )
+    assert code == 0, stderr
+    advice = json.loads((out / "advice.json").read_text())
+    (only,) = advice["classes"]
+    assert only["engine"] == "vllm" and only["lever"] == "capacity"
+    reps = only["capacity"]["replicas"]
+    assert reps["num_replicas"] == 2 and reps["advised"] is True
+    assert reps["cache_aware"] > only["capacity"]["value_at_pool"] + 0.05 > reps["round_robin"]
+    rule = next(c for c in only["citations"] if c["rule"] == "replicas_advised")
+    assert rule["outcome"] == "run 2 replicas"
+    (flags,) = advice["flags"]
+    assert flags["engine"] == "vllm" and flags["replicas"] == 2
+    config = yaml.safe_load((out / "gateway.yaml").read_text())
+    backends = [(b["name"], b["url"], b["pool"]) for b in config["backends"]]
+    assert backends == [
+        ("vllm-1", "http://127.0.0.1:9100", "vllm"),
+        ("vllm-2", "http://127.0.0.1:9110", "vllm"),
+    ]
+    assert {r["policy"] for r in config["routes"]} == {"cache_aware"}
+    script = (out / "launch-vllm.sh").read_text()
+    assert "PORTS=(9100 9110)" in script
+    assert "advised: the deployment runs them" in (out / "report.html").read_text()
+    monkeypatch.chdir(tmp_path)
+    code, stdout, stderr = run("serve", "--config", str(out / "gateway.yaml"), "--check")
+    assert code == 0, stderr
+    assert stdout.startswith("ok: 2 backends,")
+
+
+def test_one_pool_that_holds_the_working_set_gets_one_instance(advised: Path) -> None:
+    advice = json.loads((advised / "advice.json").read_text())
+    assert all(not c["capacity"]["replicas"]["advised"] for c in advice["classes"])
+    assert [f["replicas"] for f in advice["flags"]] == [1]
+    assert "PORTS=" not in (advised / "launch-vllm.sh").read_text()

@@ -8,7 +8,9 @@ From the same evidence as the decision, at other pools:
 - fp8 KV where the device has it (the pool in fp8 bytes);
 - ``n`` replicas, each with the user's pool, with requests sent round robin or by
   session (what ``cache_aware`` / ``session_affinity`` routing keeps together), ``n``
-  the replicas the target pool needs (2 to ``MAX_REPLICAS``).
+  the replicas the target pool needs (2 to ``MAX_REPLICAS``). They are *advised* (the
+  deployment runs them) when capacity is the lever and session routing over them gains
+  at least ``REPLICA_MIN_GAIN`` over one instance: replicas cost GPUs.
 
 Capacity is the lever when the engine reaches less than ``LEVER_SHARE`` of the ideal at
 the pool *and* a larger pool of the sweep gains more than the engines differ at the
@@ -20,6 +22,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -32,7 +35,12 @@ TARGET_SHARE = 0.9
 LEVER_SHARE = 0.75
 SWEEP_FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 MAX_REPLICAS = 8
+REPLICA_MIN_GAIN = 0.05
 _AFFINITY_PREFIX_TOKENS = 64
+
+
+def _pp(x: float) -> str:
+    return f"{x * 100:+.1f} pp"
 
 
 def affinity_key(request: Request) -> str:
@@ -126,6 +134,9 @@ def plan_capacity(
     best = max(larger, key=lambda p: p.value)
     gain = best.value - at_pool.value
     lever = Lever.CAPACITY if share < LEVER_SHARE and gain > engine_spread else Lever.NONE
+    replica_gain = reps.cache_aware - at_pool.value
+    advised = lever is Lever.CAPACITY and replica_gain >= REPLICA_MIN_GAIN
+    reps = replace(reps, advised=advised)
     citations = [
         Citation(
             "capacity_share_of_ideal",
@@ -140,6 +151,13 @@ def plan_capacity(
             f"+{gain * 100:.1f} pp at {best.capacity_tokens:,} tokens ({best.capacity_tokens / pool:g}x the pool)",
             f"> engines' spread {engine_spread * 100:.1f} pp",
             "capacity is the lever" if lever is Lever.CAPACITY else "capacity is not the lever",
+        ),
+        Citation(
+            "replicas_advised",
+            f"{where}.capacity.replicas",
+            f"{reps.num_replicas} replicas by session: {_pp(replica_gain)} over one instance",
+            f"capacity is the lever and >= {_pp(REPLICA_MIN_GAIN)}",
+            f"run {reps.num_replicas} replicas" if advised else "one instance",
         ),
     ]
     return CapacityPlan(

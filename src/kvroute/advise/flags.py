@@ -1,8 +1,8 @@
 """Engine flags for the advised deployment, each with the reason it has that value. Pure.
 
 Only flags that exist in the pinned engines' ``--help`` are written
-(``tests/advise/test_flags.py`` checks them against the installed llama-server and
-vLLM); :data:`FLAG_NAMES` lists them per engine.
+(``tests/advise/test_flags.py`` checks them against the installed llama-server, vLLM
+and SGLang); :data:`FLAG_NAMES` lists them per engine.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ FLAG_NAMES = {
         "--max-running-requests",
         "--mem-fraction-static",
         "--tp-size",
+        "--device",
+        "--attention-backend",
+        "--max-total-tokens",
     ),
     "llamacpp": ("-np", "-c", "--cache-reuse", "--cache-ram"),
 }
@@ -179,6 +182,20 @@ def sglang_flags(classes: list[ClassDecision], hw: Hardware, limits: TraceLimits
             )
         )
         flags.append(Flag("--tp-size", str(hw.num_gpus), f"{hw.num_gpus} GPU(s) given"))
+    else:
+        flags += [
+            Flag("--device", "cpu", "the CPU testbed (with SGLANG_USE_CPU_ENGINE=1)"),
+            Flag(
+                "--attention-backend",
+                "torch_native",
+                "the attention backend SGLang's CPU engine runs without its GPU kernels",
+            ),
+            Flag(
+                "--max-total-tokens",
+                str(hw.pool_tokens),
+                f"the KV pool advise sized on the CPU: {hw.pool_tokens:,} tokens",
+            ),
+        ]
     return flags
 
 
@@ -217,6 +234,27 @@ def llamacpp_flags(classes: list[ClassDecision], hw: Hardware, limits: TraceLimi
 _BUILDERS = {"vllm": vllm_flags, "sglang": sglang_flags, "llamacpp": llamacpp_flags}
 
 
+def engine_replicas(engine: str, decisions: Sequence[ClassDecision]) -> tuple[int, str]:
+    """The most replicas any class advised to ``engine`` was advised (capacity_plan.py),
+    and why; 1 when none was."""
+    advised = [
+        (d.workload, d.capacity, d.capacity.replicas)
+        for d in decisions
+        if d.engine == engine
+        and d.capacity is not None
+        and d.capacity.replicas is not None
+        and d.capacity.replicas.advised
+    ]
+    if not advised:
+        return 1, "one instance: no class it serves was advised replicas"
+    name, plan, reps = max(advised, key=lambda a: a[2].num_replicas)
+    return reps.num_replicas, (
+        f"{name}: capacity is the lever; {reps.num_replicas} replicas routed by session "
+        f"reach {reps.cache_aware:.1%} (round robin {reps.round_robin:.1%}, one instance "
+        f"{plan.value_at_pool:.1%})"
+    )
+
+
 def engine_flags(
     decisions: Sequence[ClassDecision], hw: Hardware, limits: TraceLimits
 ) -> list[EngineFlags]:
@@ -225,7 +263,7 @@ def engine_flags(
     for engine in ("vllm", "sglang", "llamacpp"):
         classes = _classes_of(engine, decisions)
         if classes:
-            out.append(
-                EngineFlags(engine, PINNED_VERSIONS[engine], _BUILDERS[engine](classes, hw, limits))
-            )
+            n, why = engine_replicas(engine, decisions)
+            flags = _BUILDERS[engine](classes, hw, limits)
+            out.append(EngineFlags(engine, PINNED_VERSIONS[engine], flags, n, why))
     return out

@@ -107,6 +107,9 @@ class Replicas:
     cache_aware: float
     """The figure with requests routed by session (cache-aware/affinity)."""
     round_robin: float
+    advised: bool = False
+    """True when the deployment runs ``num_replicas`` of the engine for this class (the
+    capacity lever, and cache-aware routing over them gains ``REPLICA_MIN_GAIN`` over one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +168,9 @@ class EngineFlags:
     engine: str
     version: str
     flags: list[Flag]
+    replicas: int = 1
+    """Instances of the engine, each with these flags, behind one gateway pool."""
+    replicas_reason: str = "one instance: no class it serves was advised replicas"
 
 
 @dataclass(frozen=True, slots=True)

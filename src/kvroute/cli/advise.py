@@ -16,7 +16,12 @@ import click
 
 from kvroute.advise.alerts import alerts_yaml
 from kvroute.advise.current import engine_by_class, single_engine
-from kvroute.advise.gateway_config import default_url, gateway_engines, gateway_yaml
+from kvroute.advise.gateway_config import (
+    engine_replicas,
+    gateway_engines,
+    gateway_yaml,
+    replica_urls,
+)
 from kvroute.advise.hardware import CPU, resolve_hardware
 from kvroute.advise.latency_evidence import METRIC as LATENCY_METRIC
 from kvroute.advise.launch_scripts import launch_scripts
@@ -142,7 +147,8 @@ from kvroute.trace.records import Request
     "--url",
     "urls",
     multiple=True,
-    help="ENGINE=URL of a running engine for gateway.yaml (default 127.0.0.1:8081/8082/8083).",
+    help="ENGINE=URL of a running engine for gateway.yaml (default 127.0.0.1:8081/8082/8083); "
+    "repeat an engine for its replicas (more replicas: ports 10 apart above the first).",
 )
 @click.option(
     "--evidence",
@@ -217,10 +223,7 @@ def advise_cmd(
         min_trace_requests=min_requests,
         min_class_requests=min(50, min_requests),
     )
-    url_map = parse_pairs(urls, "--url")
-    for engine in url_map:
-        if engine not in ENGINES:
-            raise UsageError(f"--url: unknown engine '{engine}' (valid: {', '.join(ENGINES)})")
+    url_map = parse_urls(urls)
     setup = EvidenceSetup(
         options.slo, load_calibrations(calibration) if calibration is not None else {}
     )
@@ -283,6 +286,17 @@ def advise_cmd(
         console.print(f"wrote {out}/: {', '.join(sorted(files))}")
 
 
+def parse_urls(values: tuple[str, ...]) -> dict[str, list[str]]:
+    """``--url ENGINE=URL`` (repeatable): engine -> its replicas' URLs, in order."""
+    out: dict[str, list[str]] = {}
+    for v in values:
+        ((engine, url),) = parse_pairs((v,), "--url").items()
+        if engine not in ENGINES:
+            raise UsageError(f"--url: unknown engine '{engine}' (valid: {', '.join(ENGINES)})")
+        out.setdefault(engine, []).append(url)
+    return out
+
+
 def load_calibrations(path: Path) -> dict[str, Calibration]:
     """Engine -> calibration from a kvroute calibrate file, or every ``*.json`` of a
     directory; ``InputError`` for an unreadable one, ``UsageError`` for two of one engine."""
@@ -300,7 +314,7 @@ def load_calibrations(path: Path) -> dict[str, Calibration]:
 
 def render_outputs(
     advice: Advice,
-    urls: dict[str, str],
+    urls: dict[str, list[str]],
     *,
     exposed: bool,
     cpu: bool,
@@ -309,7 +323,10 @@ def render_outputs(
     """Every file of --out, in memory; the gateway config is parsed as `serve` parses it."""
     from kvroute.report.advise_page import advise_page
 
-    all_urls = {e: urls.get(e, default_url(e)) for e in gateway_engines(advice)}
+    replicas = engine_replicas(advice)
+    all_urls = {
+        e: replica_urls(e, replicas.get(e, 1), urls.get(e, [])) for e in gateway_engines(advice)
+    }
     gateway = gateway_yaml(advice, all_urls, exposed=exposed, tokenizer=tokenizer)
     parse_config(gateway, "gateway.yaml", env={})  # a config serve would refuse is a bug here
     files: dict[str, bytes] = {
@@ -317,7 +334,10 @@ def render_outputs(
         "gateway.yaml": gateway.encode(),
         "alerts.yaml": alerts_yaml(advice).encode(),
     }
-    for name, text in launch_scripts(advice.flags, all_urls, cpu=cpu).items():
+    scripts = launch_scripts(
+        advice.flags, all_urls, cpu=cpu, gpus_per_replica=advice.hardware.num_gpus
+    )
+    for name, text in scripts.items():
         files[name] = text.encode()
     files["report.html"] = render_page(advise_page(advice, datetime.now(UTC), gateway)).encode()
     return files

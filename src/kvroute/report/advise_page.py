@@ -255,7 +255,8 @@ def _class_section(d: ClassDecision) -> Section:
             rows.append(
                 (
                     f"{r.num_replicas} replicas",
-                    f"cache-aware {fmt.percent(r.cache_aware)} · round robin {fmt.percent(r.round_robin)}",
+                    f"cache-aware {fmt.percent(r.cache_aware)} · round robin {fmt.percent(r.round_robin)}"
+                    + (" · advised: the deployment runs them" if r.advised else " · not advised"),
                 )
             )
         rows.append(("lever", c.lever.value))
@@ -296,6 +297,10 @@ def advise_page(advice: Advice, generated_at: datetime, gateway_yaml: str) -> Pa
                         [ENGINE_NAMES[f.engine], fl.flag, fl.value or "", fl.reason]
                         for f in a.flags
                         for fl in f.flags
+                    ]
+                    + [
+                        [ENGINE_NAMES[f.engine], "replicas", str(f.replicas), f.replicas_reason]
+                        for f in a.flags
                     ],
                 )
             ],
