@@ -181,3 +181,16 @@ def test_predict_a_trace_uses_its_times_and_the_cache_models_hits(tmp_path: Path
     assert doc["num_requests"] == 600 and doc["num_rejected"] == 0
     assert doc["hit_ratio"] > 0.3  # the sample's shared system prompts and sessions hit
     assert sum(doc["requests"]["cached_tokens"]) > 0
+
+
+def test_html_report_leads_with_the_verdict_and_shows_the_split(tmp_path: Path) -> None:
+    out = tmp_path / "p.html"
+    code, _, stderr = _run([*BASE, "--rate", "400", "--html", str(out)])
+    assert code == 0, stderr
+    page = out.read_text()
+    verdict = page.index("saturated")
+    assert verdict < page.index("Latency") < page.index("the TTFT split")
+    for part in ("queue", "uncached prefill", "cached-context attention", "overhead"):
+        assert f"vllm · {part}:" in page  # one stacked segment per part, with its tooltip
+    assert page.count("<svg") >= 4  # the split and the TTFT/TPOT/E2E distributions
+    assert "SATURATED" in page
