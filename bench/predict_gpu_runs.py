@@ -28,7 +28,7 @@ from kvroute.cache.registry import EngineSettings
 from kvroute.cache.vllm import VllmConfig
 from kvroute.predict.calibration import Calibration
 from kvroute.predict.engine import EngineFlags
-from kvroute.predict.fit import RunPoint, bootstrap, fit, predict_points, relative_errors
+from kvroute.predict.fit import GPU_UPPER, RunPoint, bootstrap, fit, predict_points, relative_errors
 from kvroute.predict.hardware import hardware_for, model_cost
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +40,11 @@ MODELS = {
     "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b",
 }
 GPUS = {"h100_sxm": "h100-80gb", "h200_sxm": "h200"}
+PROMPTS_PER_CLIENT = 5
+"""How these runs were measured, as the usual serving benchmarks do it (``num_prompts =
+5 x concurrency``, all clients starting at once, the mean reported): the replay serves
+``5 C`` requests and the fit matches their mean, the first wave included. One protocol
+for the whole collection, not a per-row knob."""
 # vLLM on a >= 70 GiB GPU (not A100) defaults to 1024 running sequences.
 FLAGS = EngineFlags(cache=EngineSettings(vllm=VllmConfig(max_num_seqs=1024)))
 
@@ -69,6 +74,8 @@ def load_points(path: Path) -> list[tuple[str, RunPoint]]:
                 concurrency=int(row["concurrency"]),
                 ttft_s=float(row["ttft_ms"]) / 1e3,
                 tpot_s=float(row["tpot_ms"]) / 1e3,
+                num_requests=PROMPTS_PER_CLIENT * int(row["concurrency"]),
+                statistic="mean",
             )
             out.append((row["id"], point))
     return out
@@ -93,7 +100,7 @@ def main() -> int:
     rng = np.random.default_rng(0)
     for (engine, gpu), items in sorted(by_fit.items()):
         points = [p for _, p in items]
-        full = fit(points, FLAGS)
+        full = fit(points, FLAGS, upper=GPU_UPPER)
         err_in = relative_errors(points, full.predictions)
         cv = np.zeros_like(err_in)
         for k in (0, 1):
@@ -101,7 +108,7 @@ def main() -> int:
             test_idx = [i for i, (rid, _) in enumerate(items) if _fold(rid) == k]
             if not train or not test_idx:
                 continue
-            sub = fit(train, FLAGS)
+            sub = fit(train, FLAGS, upper=GPU_UPPER)
             test = [points[i] for i in test_idx]
             cv[test_idx] = relative_errors(test, predict_points(test, sub.coefficients, FLAGS))
         print(

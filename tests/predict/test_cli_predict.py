@@ -191,3 +191,16 @@ def test_the_terminal_table_fits_80_columns_with_every_interval_whole() -> None:
     assert len(rows) == 12  # 4 metrics × 3 percentiles, a line each
     for line in rows:
         assert len(line) <= 80 and re.search(r"[\d.,]+ +[\d.,]+–[\d.,]+ +[\d.,]+–[\d.,]+ *$", line)
+
+
+def test_html_report_leads_with_the_verdict_and_shows_the_split(tmp_path: Path) -> None:
+    out = tmp_path / "p.html"
+    code, _, stderr = _run([*BASE, "--rate", "400", "--html", str(out)])
+    assert code == 0, stderr
+    page = out.read_text()
+    verdict = page.index("saturated")
+    assert verdict < page.index("Latency") < page.index("the TTFT split")
+    for part in ("queue", "uncached prefill", "cached-context attention", "overhead"):
+        assert f"vllm · {part}:" in page  # one stacked segment per part, with its tooltip
+    assert page.count("<svg") >= 4  # the split and the TTFT/TPOT/E2E distributions
+    assert "SATURATED" in page

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+import pytest
 
 from kvroute.cache.capacity import load_presets
-from kvroute.predict.fit import RunPoint, bootstrap, fit, predict_points, relative_errors
+from kvroute.predict.fit import GPU_UPPER, RunPoint, bootstrap, fit, predict_points, relative_errors
 from kvroute.predict.hardware import hardware_for, model_cost
 from kvroute.predict.nnls import nnls
 
-TRUE = (3e-3, 0.0, 2.0, 0.0, 1.2, 0.0, 0.0, 0.0, 0.02, 5e-4)
+TRUE = (3e-3, 0.0, 2.0, 0.0, 1.2, 0.0, 0.0, 0.0, 0.005, 5e-4)
 
 
-def _points() -> list[RunPoint]:
+def _points(statistic: str = "median") -> list[RunPoint]:
     p = load_presets()
     cost = model_cost(p.models["llama-3.1-8b"])
     hw = hardware_for(p.gpus["h100-80gb"])
@@ -27,20 +30,32 @@ def _points() -> list[RunPoint]:
         (1024, 256, 64),
     ]
     base = [
-        RunPoint("synthetic", "vllm", hw, cost, 400_000, isl, osl, c, 1.0, 1.0)
+        RunPoint(
+            "synthetic",
+            "vllm",
+            hw,
+            cost,
+            400_000,
+            isl,
+            osl,
+            c,
+            1.0,
+            1.0,
+            num_requests=5 * c if statistic == "mean" else None,
+            statistic=statistic,
+        )
         for isl, osl, c in shapes
     ]
     preds = predict_points(base, TRUE)
     return [
-        RunPoint(
-            "synthetic", "vllm", hw, cost, 400_000, b.isl, b.osl, b.concurrency, q.ttft_s, q.tpot_s
-        )
+        dataclasses.replace(b, ttft_s=q.ttft_s, tpot_s=q.tpot_s)
         for b, q in zip(base, preds, strict=True)
     ]
 
 
-def test_fit_recovers_the_coefficients_that_made_the_runs() -> None:
-    points = _points()
+@pytest.mark.parametrize("statistic", ["median", "mean"])
+def test_fit_recovers_the_coefficients_that_made_the_runs(statistic: str) -> None:
+    points = _points(statistic)
     result = fit(points)
     errors = relative_errors(points, result.predictions)
     # Rows average the requests around the median, so a point can miss by a little.
@@ -79,3 +94,18 @@ def test_fit_on_probes_with_few_equal_requests_stays_finite() -> None:
     result = fit(points)
     assert all(np.isfinite(result.coefficients))
     assert all(np.isfinite([q.ttft_s for q in result.predictions]))
+
+
+def test_the_per_request_constant_stays_under_its_bound() -> None:
+    # Runs made with 50 ms of per-request overhead: the fit may not put more than the
+    # bound there (it must explain the rest with steps, or miss).
+    truth = (*TRUE[:8], 0.05, TRUE[9])
+    base = _points()
+    preds = predict_points(base, truth)
+    points = [
+        dataclasses.replace(b, ttft_s=q.ttft_s, tpot_s=q.tpot_s)
+        for b, q in zip(base, preds, strict=True)
+    ]
+    got = fit(points, upper=GPU_UPPER).coefficients
+    assert got[8] == pytest.approx(GPU_UPPER["request"])
+    assert fit(points).coefficients[8] > 2 * GPU_UPPER["request"]  # unbounded: found

@@ -19,7 +19,7 @@ from kvroute.cache.registry import EngineSettings
 from kvroute.cache.sglang import SglangConfig
 from kvroute.cache.vllm import VllmConfig
 from kvroute.cli.console import make_console
-from kvroute.cli.files import emit
+from kvroute.cli.files import check_outputs, emit, emit_page
 from kvroute.errors import UsageError
 from kvroute.predict.calibration import load_calibration
 from kvroute.predict.engine import ENGINES, EngineFlags
@@ -93,6 +93,12 @@ from kvroute.trace.records import Request
     type=click.Path(path_type=Path, dir_okay=False),
     help="Write JSON ('-': stdout).",
 )
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write an HTML report: verdict, percentiles, TTFT split, distributions ('-': stdout).",
+)
 def predict_cmd(
     trace: Path | None,
     workload_spec: str | None,
@@ -117,8 +123,12 @@ def predict_cmd(
     seed: int,
     validate_url: str | None,
     json_path: Path | None,
+    html_path: Path | None,
 ) -> None:
     """Predict TTFT, TPOT, E2E and queue wait of ENGINE serving TRACE (or --workload)."""
+    check_outputs(
+        {"--json": json_path, "--html": html_path}, inputs=[trace] if trace is not None else []
+    )
     if (trace is None) == (workload_spec is None):
         raise UsageError("give a TRACE or --workload, not both")
     load = Load(concurrency=concurrency, rate_per_s=rate_per_s)
@@ -180,6 +190,12 @@ def predict_cmd(
                 seed=seed,
             )
         checks = compare(result, got.ttft_s, got.tpot_s, got.e2e_s)
+    if html_path is not None:
+        from datetime import UTC, datetime
+
+        from kvroute.report.predict_page import prediction_page
+
+        emit_page(html_path, prediction_page([result], datetime.now(UTC)))
     if json_path is not None:
         doc = prediction_json(result)
         if validate_url is not None:
@@ -187,6 +203,8 @@ def predict_cmd(
         emit(json_path, orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
         if str(json_path) == "-":
             return
+    if html_path is not None and str(html_path) == "-":
+        return
     render(result)
     if checks:
         render_checks(checks)

@@ -82,6 +82,7 @@ def simulate_cmd(
     validate_engine: str | None,
     concurrency: int | None,
     no_reset: bool,
+    latency: bool,
     quiet: bool,
 ) -> None:
     """Predict what llama.cpp, vLLM and SGLang would cache on TRACE.
@@ -116,6 +117,8 @@ def simulate_cmd(
             raise UsageError(
                 "with --validate the KV pool is read from the engine; drop --capacity-*/--gpu"
             )
+        if latency:
+            raise UsageError("--latency predicts on --model/--gpu; it does not go with --validate")
     elif concurrency is not None or no_reset:
         raise UsageError("--concurrency and --no-reset need --validate")
     names = (validate_engine,) if validate_engine is not None else parse_engines(engines)
@@ -204,6 +207,29 @@ def simulate_cmd(
             ideal=ideal,
             progress=lambda step: status.update(f"simulating: {step}"),
         )
+    latency_preds = None
+    if latency:
+        from kvroute.cli.simulate_latency import latency_predictions
+
+        with console.status("predicting latency"):
+            latency_preds = latency_predictions(
+                requests,
+                names,
+                model=model,
+                gpu=gpu,
+                num_gpus=num_gpus,
+                kv_dtype=kv_dtype,
+                capacity_tokens=capacity.tokens,
+                settings=settings,
+                rate_per_s=rate_per_s,
+                seed=seed,
+            )
     write_outputs(
-        result, validation, console, json_path=json_path, html_path=html_path, quiet=quiet
+        result,
+        validation,
+        console,
+        json_path=json_path,
+        html_path=html_path,
+        quiet=quiet,
+        latency=latency_preds,
     )

@@ -255,6 +255,14 @@ _PARAMS = (
     click.option(
         "--no-reset", is_flag=True, help="With --validate: do not reset the engine's cache first."
     ),
+    click.option(
+        "--latency",
+        is_flag=True,
+        help=(
+            "Also predict each engine's TTFT, TPOT and E2E (as `kvroute predict`, on --model "
+            "and --gpu) next to the hit table; in --json as 'latency'."
+        ),
+    ),
     click.option("-q", "--quiet", is_flag=True, help="No terminal summary or progress."),
 )
 

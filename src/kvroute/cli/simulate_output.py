@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from rich.console import Console
 
 from kvroute.cache.result import SimulationResult
 from kvroute.cli.files import STDOUT, emit, emit_page
+from kvroute.predict.result import Prediction
 from kvroute.validate.result import ValidationResult
 
 
@@ -22,8 +24,11 @@ def write_outputs(
     json_path: Path | None,
     html_path: Path | None,
     quiet: bool,
+    latency: Sequence[Prediction] | None = None,
 ) -> None:
-    """Print the summary (unless ``quiet``), then write the JSON and HTML asked for."""
+    """Print the summary (unless ``quiet``), then write the JSON and HTML asked for.
+    ``latency``: ``--latency``'s predictions, printed after the hit table and written
+    to the JSON as ``latency``."""
     if not quiet:
         from kvroute.report.simulate_console import render_console
 
@@ -32,8 +37,12 @@ def write_outputs(
             from kvroute.report.simulate_validation import render_validation
 
             render_validation(validation, console)
+        if latency is not None:
+            from kvroute.cli.simulate_latency import render_latency
+
+            render_latency(latency, console)
     if json_path is not None:
-        data = to_json(result, validation)
+        data = to_json(result, validation, latency)
         emit(json_path, data)
         if json_path != STDOUT:
             console.print(f"wrote {json_path}")
@@ -65,9 +74,18 @@ def json_bytes(document: object, *, indent: bool = True) -> bytes:
     return orjson.dumps(document, default=_dataclass_fields, option=opt)
 
 
-def to_json(result: SimulationResult, validation: ValidationResult | None) -> bytes:
-    if validation is None:
+def to_json(
+    result: SimulationResult,
+    validation: ValidationResult | None,
+    latency: Sequence[Prediction] | None = None,
+) -> bytes:
+    if validation is None and latency is None:
         return json_bytes(result) + b"\n"
     merged = orjson.loads(json_bytes(result, indent=False))
-    merged["validation"] = validation
+    if validation is not None:
+        merged["validation"] = validation
+    if latency is not None:
+        from kvroute.cli.simulate_latency import latency_json
+
+        merged["latency"] = latency_json(latency)
     return json_bytes(merged) + b"\n"

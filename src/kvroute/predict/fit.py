@@ -16,7 +16,7 @@ of those fits is the coefficients' uncertainty. Pure: the caller passes the gene
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +37,12 @@ LOWER: Vector = tuple(1.0 if f in ("prefill", "memory") else 0.0 for f in FEATUR
 """Lower bounds: a prefill cannot beat the datasheet FLOPs, nor a step the bandwidth
 (``prefill`` and ``memory`` are seconds at the roofline). Without them the fit can trade
 an impossible prefill speed for a larger per-step constant on a few runs."""
+GPU_UPPER: dict[str, float] = {"request": 0.010}
+"""Upper bounds for fits on GPU servers, seconds: a request's fixed serving overhead (HTTP,
+tokenizing, the first detokenize) is a few milliseconds on a server's CPU. Unbounded, the
+fit on heavily loaded runs alone (every SGLang H100 run has 16+ clients) put about 0.1 s
+there, queueing it could not otherwise explain, and then predicted it for a lone request
+too. (``calibrate`` on a live engine measures light loads, so it needs no bound.)"""
 MIDDLE = (0.4, 0.6)
 """The requests whose basis makes a run's row: those between these TTFT/TPOT quantiles."""
 
@@ -59,6 +65,10 @@ class RunPoint:
     prefix_tokens: int = 0
     num_requests: int | None = None
     """Requests the replay serves; default ``max(3 C, 32)``."""
+    statistic: str = "median"
+    """What the measured TTFT/TPOT are: ``median`` (steady state: the replay's requests
+    around the median) or ``mean`` (a benchmark's average over all ``num_requests``, the
+    first wave of ``C`` clients starting together included)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +87,8 @@ class FitResult:
     num_iterations: int
     rows: FloatArray
     """The final design rows (2 per point: TTFT then TPOT), relative; for the bootstrap."""
+    upper: Mapping[str, float] | None = None
+    """The upper bounds the fit ran with (the bootstrap keeps them)."""
 
 
 def usable(p: RunPoint) -> bool:
@@ -109,25 +121,38 @@ def _rows(p: RunPoint, t: ReplayTimes) -> tuple[FloatArray, FloatArray, PointPre
     ttft = t.first_token_s - t.arrival_s
     decode_steps = max(p.osl - 1, 1)
     tpot = (t.end_s - t.first_token_s) / decode_steps
-    m = _middle(ttft)
+    mean = p.statistic == "mean"
+    m = np.isfinite(ttft) if mean else _middle(ttft)
     ttft_steps = (t.first_basis[m] - t.arrival_basis[m]).mean(axis=0)
     ttft_row = np.append(ttft_steps, [1.0, float(t.in_system[m].mean())])
-    m2 = _middle(tpot)
+    m2 = np.isfinite(tpot) if mean else _middle(tpot)
     tpot_steps = (t.end_basis[m2] - t.first_basis[m2]).mean(axis=0) / decode_steps
     tpot_row = np.append(tpot_steps, [0.0, 0.0])
-    pred = PointPrediction(float(np.nanmedian(ttft)), float(np.nanmedian(tpot)))
+    stat = np.nanmean if mean else np.nanmedian
+    pred = PointPrediction(float(stat(ttft)), float(stat(tpot)))
     return ttft_row, tpot_row, pred
 
 
-def _solve(rows: FloatArray) -> Vector:
+def _solve(rows: FloatArray, bounds: Mapping[str, float] | None = None) -> Vector:
     """Bounded least squares on relative rows (target 1): ``x = LOWER + y`` with ``y >= 0``,
-    columns scaled for conditioning."""
+    columns scaled for conditioning; a coefficient past its upper bound (``bounds``) is
+    held there and the others refitted."""
     lower = np.array(LOWER)
-    target = np.ones(rows.shape[0]) - rows @ lower
-    scale = np.sqrt((rows**2).sum(axis=0))
-    scale[scale == 0] = 1.0
-    y = nnls(rows / scale, target) / scale
-    return tuple(float(v) for v in lower + y)
+    upper = np.array([(bounds or {}).get(f, np.inf) for f in FEATURES])
+    x = lower.copy()
+    free = np.ones(len(FEATURES), dtype=bool)
+    while True:  # clamp what passes its upper bound there and refit the rest
+        fixed = ~free
+        sub = rows[:, free]
+        target = np.ones(rows.shape[0]) - rows[:, fixed] @ x[fixed] - sub @ lower[free]
+        scale = np.sqrt((sub**2).sum(axis=0))
+        scale[scale == 0] = 1.0
+        x[free] = lower[free] + nnls(sub / scale, target) / scale
+        over = free & (x > upper)
+        if not over.any():
+            return tuple(float(v) for v in x)
+        x[over] = upper[over]
+        free &= ~over
 
 
 def predict_points(
@@ -145,8 +170,10 @@ def fit(
     initial: Vector = INITIAL,
     max_iterations: int = 6,
     tolerance: float = 0.01,
+    upper: Mapping[str, float] | None = None,
 ) -> FitResult:
-    """Non-negative coefficients for ``points`` (one engine, one hardware kind)."""
+    """Non-negative coefficients for ``points`` (one engine, one hardware kind); ``upper``
+    caps coefficients by name (:data:`GPU_UPPER`)."""
     if not points:
         raise ValueError("nothing to fit")
     if not all(usable(p) for p in points):
@@ -166,7 +193,7 @@ def fit(
             ]
         )
         preds = [b[2] for b in built]
-        new = _solve(rows)
+        new = _solve(rows, upper)
         moved = max(
             abs(n - o) / max(abs(o), 1e-12) for n, o in zip(new, coef, strict=True) if n or o
         )
@@ -181,6 +208,7 @@ def fit(
         sigma_tpot=_log_sigma([p.tpot_s for p in points], [q.tpot_s for q in preds]),
         num_iterations=num_iterations,
         rows=rows,
+        upper=upper,
     )
 
 
@@ -206,7 +234,7 @@ def bootstrap(
     for _ in range(num_samples):
         pick = rng.integers(0, num_points, size=num_points)
         idx = np.concatenate([2 * pick, 2 * pick + 1])
-        out.append(_solve(rows[idx]))
+        out.append(_solve(rows[idx], result.upper))
     return out
 
 
