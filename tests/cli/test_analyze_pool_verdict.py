@@ -67,6 +67,23 @@ def test_a_pool_too_small_for_the_reuse_decides_the_verdict(trace: Path, tmp_pat
     assert "your pool 256Ki" in stdout  # the pool's row in the capacity table
 
 
+def test_the_page_marks_the_pool(trace: Path, tmp_path: Path) -> None:
+    page = tmp_path / "r.html"
+    code, _, err = run(
+        "analyze",
+        str(trace),
+        "--no-breakers",
+        "-q",
+        "--capacity-tokens",
+        "256Ki",
+        "--html",
+        str(page),
+    )
+    assert code == 0, err
+    html = page.read_text()
+    assert "your pool 256Ki" in html and "the verdict is decided on the LRU figure" in html
+
+
 def test_a_pool_that_holds_the_reuse_keeps_the_ideal_verdict(trace: Path, tmp_path: Path) -> None:
     data, _ = _verdict(trace, tmp_path, "--capacity-tokens", "1Mi")
     assert data["reuse"]["pool"]["lru_hit_ratio"] == pytest.approx(2 / 3)
