@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from kvroute.errors import TokenizerError, UsageError
+from kvroute.trace import tokenize as tokenize_module
 from kvroute.trace.records import (
     BlockPrompt,
     ChatPrompt,
@@ -19,7 +21,7 @@ from kvroute.trace.records import (
     TokenPrompt,
     as_token_ids,
 )
-from kvroute.trace.tokenize import tokenize_requests
+from kvroute.trace.tokenize import auto_pool_workers, tokenize_requests
 from kvroute.trace.tokenizer import ChatTokenizer, default_model_path, load_tokenizer
 
 
@@ -198,3 +200,60 @@ def test_pool_reports_template_failures(model: Path) -> None:
     broken = Request(prompt=ChatPrompt(messages=[{"role": "user", "content": None}]), source_line=7)
     with pytest.raises(TokenizerError, match="request at line 7"):
         list(tokenize_requests([chat(0), broken], model, workers=2, batch_size=1))
+
+
+def test_default_workers_rule() -> None:
+    """One process below 4 cores (faster there, bench/RESULTS.md); a pool of one worker
+    per core but one from 4 cores."""
+    assert [auto_pool_workers(c) for c in (1, 2, 3, 4, 16)] == [0, 0, 0, 3, 15]
+
+
+def test_default_on_few_cores_never_starts_a_pool(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(tokenize_module, "POOL_AFTER_REQUESTS", 4)
+
+    def no_pool(source: Path, num_workers: int) -> None:
+        raise AssertionError("a pool was started on 2 cores")
+
+    monkeypatch.setattr(tokenize_module, "_start_pool", no_pool)
+    requests = list(mixed_requests(40))
+    out = list(tokenize_requests(requests, model, batch_size=4))
+    assert [r.arrival_s for r in out] == [r.arrival_s for r in requests]
+
+
+@pytest.mark.slow
+def test_default_on_many_cores_pools_only_past_the_first_requests(
+    model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On 8 cores a long trace goes to a pool of 7 after the first POOL_AFTER_REQUESTS,
+    tokenized in this process; the result equals one process's, in order."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(tokenize_module, "POOL_AFTER_REQUESTS", 16)
+    started: list[int] = []
+    real_start = tokenize_module._start_pool
+    consumed = 0
+
+    def counted() -> Iterator[Request]:
+        nonlocal consumed
+        for request in requests:
+            consumed += 1
+            yield request
+
+    def start(source: Path, num_workers: int):  # type: ignore[no-untyped-def]
+        started.append(num_workers)
+        assert consumed > 16  # the first 16 requests were tokenized here
+        return real_start(source, 2)  # 2 real workers keep the test light
+
+    monkeypatch.setattr(tokenize_module, "_start_pool", start)
+    requests = list(mixed_requests(80))
+    here = list(tokenize_requests(requests, model, workers=1, batch_size=8))
+    auto = list(tokenize_requests(counted(), model, batch_size=8))
+    assert started == [7]
+    for a, b in zip(here, auto, strict=True):
+        assert a.arrival_s == b.arrival_s
+        if isinstance(a.prompt, TokenPrompt):
+            assert isinstance(b.prompt, TokenPrompt)
+            assert a.prompt.token_ids.tolist() == b.prompt.token_ids.tolist()
+    assert len(auto) == len(here)

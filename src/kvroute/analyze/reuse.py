@@ -47,6 +47,18 @@ class ReuseResult:
     """The same capacities with optimal (Belady) eviction: no policy does better."""
     bounds_sample_rate: float
     """Share of blocks the FIFO and optimal replays kept (miniature simulation)."""
+    pool: PoolHit | None = None
+    """The same figures at the user's KV pool, when one was given."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolHit:
+    """What an ideal cache of the user's KV pool would serve, by eviction policy."""
+
+    capacity_tokens: int
+    lru_hit_ratio: float
+    fifo_hit_ratio: float
+    optimal_hit_ratio: float
 
 
 class ReuseTracker:
@@ -93,11 +105,19 @@ class ReuseTracker:
         self._num_kept = keys.shape[0]
 
     def finish(
-        self, capacity_grid_tokens: list[int], exact_infinite_hit: float | None = None
+        self,
+        capacity_grid_tokens: list[int],
+        exact_infinite_hit: float | None = None,
+        *,
+        pool_tokens: int | None = None,
     ) -> ReuseResult:
         """Distances and the hit-ratio curve. With sampling, the curve's shape comes from
         the sample and its level from ``exact_infinite_hit`` (the block-level ideal hit,
-        known exactly from the prefix index), which removes most of the sampling error."""
+        known exactly from the prefix index), which removes most of the sampling error.
+        ``pool_tokens`` (the user's KV pool) adds the figures at that capacity."""
+        grid = list(capacity_grid_tokens)
+        if pool_tokens is not None:
+            capacity_grid_tokens = [*grid, pool_tokens]
         rate = self._threshold / _FULL
         keys_arr = np.concatenate(self._keys) if self._keys else np.empty(0, dtype=np.uint64)
         times = np.concatenate(self._times) if self._times else np.empty(0)
@@ -125,10 +145,13 @@ class ReuseTracker:
         reuse_dt = _reuse_times(prev, times)
         finite_dt = reuse_dt[np.isfinite(reuse_dt)]
         edges, counts = _log_hist(finite_dt)
+        pool = None
+        if pool_tokens is not None:
+            pool = PoolHit(pool_tokens, hit_ratio.pop(), fifo.pop(), optimal.pop())
         return ReuseResult(
             sample_rate=rate,
             num_sampled_accesses=n,
-            capacity_tokens=list(capacity_grid_tokens),
+            capacity_tokens=grid,
             hit_ratio=hit_ratio,
             infinite_hit_ratio=float(share[-1]),
             distance_tokens_p50=_pct(dist_tokens, 50),
@@ -140,6 +163,7 @@ class ReuseTracker:
             fifo_hit_ratio=fifo,
             optimal_hit_ratio=optimal,
             bounds_sample_rate=bounds_rate,
+            pool=pool,
         )
 
     def _bounds(

@@ -57,6 +57,8 @@ class AnalyzeOptions:
     drift_min_share: float = 0.1
     warmup: Warmup | None = None
     """Leading requests left out of the headline overlap (they still fill the cache)."""
+    pool_tokens: int | None = None
+    """The user's KV pool: the reuse figures at that capacity, and the verdict on them."""
 
 
 def _chunks(requests: Iterable[Request], n: int) -> Iterator[list[Request]]:
@@ -109,6 +111,9 @@ def analyze_requests(
     shape = _shape(cols, prompt_len)
     sess = acc.sessions.finish()
     unit = 1 if mode is Granularity.TOKEN else bs
+    reuse = acc.reuse.finish(
+        _capacity_grid(total, bs), overlap.block_hit_ratio, pool_tokens=opts.pool_tokens
+    )
     return AnalysisResult(
         schema=SCHEMA,
         trace=TraceInfo(
@@ -129,8 +134,8 @@ def analyze_requests(
         pairwise=acc.pairs.finish(unit, bs),
         sessions=sess,
         shape=shape,
-        reuse=acc.reuse.finish(_capacity_grid(total, bs), overlap.block_hit_ratio),
-        verdict=verdict_for(overlap, groups_res, sess, shape),
+        reuse=reuse,
+        verdict=verdict_for(overlap, groups_res, sess, shape, reuse),
         elapsed_s=time.perf_counter() - started,
         drift=acc.drift.finish(preview),
         breakdown=breakdown(

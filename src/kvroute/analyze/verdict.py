@@ -4,6 +4,11 @@ Thresholds (on the ideal prefix-overlap rate): below 40 % vLLM and SGLang cache 
 equally, so vLLM's general-purpose scheduler is the default; 40-60 % is a grey zone to
 settle with ``kvroute simulate`` and ``bench``; above 60 % SGLang's radix cache pays
 off. Concurrency above ~16 users exhausts llama.cpp's slots.
+
+Given the user's KV pool (``--capacity-tokens``), the verdict is decided on what an ideal
+LRU cache of that size serves (the reuse-distance curve at the pool), not on the
+unlimited ideal: a workload whose reuse does not fit the pool gains nothing from a radix
+cache until memory grows, and the verdict then says that memory is the lever.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from kvroute.analyze.result import (
     Verdict,
     VerdictLevel,
 )
+from kvroute.analyze.reuse import PoolHit, ReuseResult
 from kvroute.analyze.sessions import SessionsResult
 from kvroute.analyze.shape import ShapeResult
 
@@ -26,32 +32,63 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
 
+def _level(hit: float) -> VerdictLevel:
+    if hit < EQUIVALENT_BELOW:
+        return VerdictLevel.EQUIVALENT
+    if hit <= RADIX_ABOVE:
+        return VerdictLevel.GREY_ZONE
+    return VerdictLevel.RADIX_PAYS
+
+
 def verdict_for(
-    overlap: Overlap, groups: Groups, sessions: SessionsResult, shape: ShapeResult
+    overlap: Overlap,
+    groups: Groups,
+    sessions: SessionsResult,
+    shape: ShapeResult,
+    reuse: ReuseResult | None = None,
 ) -> Verdict:
+    """The verdict on the trace's own overlap figure or, when ``reuse`` carries the
+    user's pool and the pool holds less than the ideal reuses, on the hit at the pool."""
     label, hit = overlap.figures()[0]  # the trace's own figure
     measured = (
         f"measured prefix overlap {_pct(hit)} of {overlap.prompt_tokens:,} prompt tokens ({label})"
     )
-    if hit < EQUIVALENT_BELOW:
-        level = VerdictLevel.EQUIVALENT
+    pool = reuse.pool if reuse is not None else None
+    # Both figures from the reuse curve (whole trace, the curve's blocks): like with like.
+    limited = (
+        reuse is not None and pool is not None and pool.lru_hit_ratio < reuse.infinite_hit_ratio
+    )
+    unlimited_level = _level(hit)
+    after = ""
+    if reuse is not None and pool is not None and limited:
+        hit = pool.lru_hit_ratio
+        measured = (
+            f"at your KV pool of {pool.capacity_tokens:,} tokens an ideal LRU cache serves "
+            f"{_pct(hit)} of prompt tokens"
+        )
+        after = f" ({_pct(reuse.infinite_hit_ratio)} with unlimited memory)"
+    level = _level(hit)
+    if level is VerdictLevel.EQUIVALENT:
         headline = (
-            f"Engines equivalent on caching: {measured} is below {_pct(EQUIVALENT_BELOW)}; "
+            f"Engines equivalent on caching: {measured}, below {_pct(EQUIVALENT_BELOW)}{after}; "
             "vLLM is the sensible default."
         )
-    elif hit <= RADIX_ABOVE:
-        level = VerdictLevel.GREY_ZONE
+    elif level is VerdictLevel.GREY_ZONE:
         headline = (
-            f"Grey zone: {measured} is between {_pct(EQUIVALENT_BELOW)} and {_pct(RADIX_ABOVE)}; "
-            "run `kvroute simulate` at your KV capacity and `kvroute bench` before choosing."
+            f"Grey zone: {measured}, between {_pct(EQUIVALENT_BELOW)} and {_pct(RADIX_ABOVE)}"
+            f"{after}; run `kvroute simulate` at your KV capacity and `kvroute bench` before "
+            "choosing."
         )
     else:
-        level = VerdictLevel.RADIX_PAYS
         headline = (
-            f"Radix caching pays off: {measured} is above {_pct(RADIX_ABOVE)}; "
+            f"Radix caching pays off: {measured}, above {_pct(RADIX_ABOVE)}{after}; "
             "SGLang's token-level radix cache (or prefix-aware routing) should save real prefill."
         )
+    if limited and level is not unlimited_level:
+        headline += " A larger KV pool would change this verdict."
     reasons: list[str] = []
+    if pool is not None and reuse is not None:
+        reasons.append(_pool_reason(pool, reuse))
     gap = overlap.hit_ratio - overlap.block_hit_ratio
     token_level = overlap.granularity is Granularity.TOKEN
     if token_level or gap > 0:
@@ -99,3 +136,35 @@ def _reuse_reason(overlap: Overlap) -> str:
         f"Every prompt starts with the same {common:,} tokens (chat template head, common "
         f"system prompt); {share} of requests reuse more than that of an earlier request."
     )
+
+
+def _pool_reason(pool: PoolHit, reuse: ReuseResult) -> str:
+    """What the pool holds against the ideal, the optimal policy's bound, and the
+    capacity (on the curve's grid) where LRU comes within 90 % of the ideal."""
+    cap = f"{pool.capacity_tokens:,}"
+    ideal = reuse.infinite_hit_ratio
+    if pool.lru_hit_ratio >= ideal:
+        return f"Your {cap}-token KV pool holds the whole reuse: an ideal LRU cache of that size reaches the ideal {_pct(ideal)}."
+    text = (
+        f"At {cap} tokens LRU eviction keeps {_pct(pool.lru_hit_ratio)}, FIFO "
+        f"{_pct(pool.fifo_hit_ratio)} and the optimal policy (Belady) {_pct(pool.optimal_hit_ratio)}, "
+        f"against {_pct(ideal)} with unlimited memory"
+    )
+    gap_policy = pool.optimal_hit_ratio - pool.lru_hit_ratio
+    gap_memory = ideal - pool.optimal_hit_ratio
+    text += (
+        ": most of the gap is eviction policy, not memory."
+        if gap_policy > gap_memory
+        else ": most of the gap is memory; no eviction policy closes it at this size."
+    )
+    enough = next(
+        (
+            c
+            for c, h in zip(reuse.capacity_tokens, reuse.hit_ratio, strict=True)
+            if h >= 0.9 * reuse.infinite_hit_ratio
+        ),
+        None,
+    )
+    if enough is not None and enough > pool.capacity_tokens:
+        text += f" LRU comes within 90 % of the ideal from about {enough:,} tokens."
+    return text

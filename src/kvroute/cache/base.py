@@ -112,6 +112,25 @@ class CacheSeq:
         return max(self.num_units, -(-total_tokens // u))
 
 
+def keys_common_prefix(a: list[object], pos: int, end: int, b: list[object]) -> int:
+    """Length of the common prefix of ``a[pos:end]`` and ``b``, keys as Python lists
+    (:meth:`CacheSeq.key_list`), by the binary search of :func:`common_prefix_len`,
+    without slicing ``a``."""
+    n = min(end - pos, len(b))
+    if n <= 0 or a[pos] != b[0]:
+        return 0
+    if a[pos + n - 1] == b[n - 1]:
+        return n
+    lo, hi = 1, n - 1  # a[pos:pos+lo] == b[:lo]; a[pos+hi] != b[hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[pos + mid] == b[mid]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def common_prefix_len(a: U64, b: U64) -> int:
     """Length of the common prefix of two chained-key arrays, in O(log n) probes.
 

@@ -128,7 +128,8 @@ class LlamaCppPrefixCache:
         self._ram: HostPromptCache | None = None
         if config.cache_ram_mib != 0:
             self._ram = HostPromptCache(
-                ram_limit_tokens(config, self._n_ctx, geometry.kv_bytes_per_token)
+                ram_limit_tokens(config, self._n_ctx, geometry.kv_bytes_per_token),
+                self._unit,
             )
         self._keep_tokens = config.cache_reuse > 0 and geometry.block_size_tokens is None
         self._clock = 0
@@ -162,7 +163,7 @@ class LlamaCppPrefixCache:
     # -- slot choice ----------------------------------------------------------------------
 
     def _lcp(self, content: SavedPrompt | None, seq: CacheSeq) -> int:
-        return 0 if content is None else content.lcp_tokens(seq.keys, seq.num_tokens)
+        return 0 if content is None else content.lcp_tokens(seq.key_list(), seq.num_tokens)
 
     def _pick(self, seq: CacheSeq) -> tuple[_Slot, bool, bool]:
         """``get_available_slot``: the slot, whether it was chosen by prompt similarity,
@@ -174,7 +175,7 @@ class LlamaCppPrefixCache:
         best_sim = 0.0
         best_lcp = 0
         if threshold != 0.0 and total > 0:
-            keys = seq.keys
+            keys = seq.key_list()
             for slot in self._slots:
                 content = slot.content
                 if slot.running is not None or content is None or not content.num_tokens:

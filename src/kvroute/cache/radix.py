@@ -23,7 +23,7 @@ import enum
 import heapq
 from collections.abc import Callable
 
-from kvroute.cache.base import U64
+from kvroute.cache.base import U64, keys_common_prefix
 from kvroute.cache.shared import check
 
 Keys = list[object]
@@ -80,24 +80,6 @@ class Walk:
     def __init__(self, steps: list[tuple[Node, int]], matched: int) -> None:
         self.steps = steps
         self.matched = matched
-
-
-def _lcp(a: Keys, pos: int, end: int, b: Keys) -> int:
-    """Length of the common prefix of ``a[pos:end]`` and ``b`` (chained keys), by binary
-    search as :func:`kvroute.cache.base.common_prefix_len`, without slicing ``a``."""
-    n = min(end - pos, len(b))
-    if n <= 0 or a[pos] != b[0]:
-        return 0
-    if a[pos + n - 1] == b[n - 1]:
-        return n
-    lo, hi = 1, n - 1  # a[pos:pos+lo] == b[:lo]; a[pos+hi] != b[hi]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if a[pos + mid] == b[mid]:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 def as_keys(keys: U64 | Keys) -> Keys:
@@ -189,7 +171,7 @@ class RadixTree:
             end = pos + k
             # Chained keys: equal first and last keys mean the whole run matches.
             if end > n or keys[end - 1] != child.key[-1]:
-                k = _lcp(keys, pos, n, child.key)
+                k = keys_common_prefix(keys, pos, n, child.key)
             steps.append((child, k))
             pos += k
             if k < child.size:
@@ -262,7 +244,7 @@ class RadixTree:
             k = child.size
             end = pos + k
             if end > n or keys[end - 1] != child.key[-1]:  # else the whole run matches
-                k = _lcp(keys, pos, n, child.key)
+                k = keys_common_prefix(keys, pos, n, child.key)
                 if k < child.size:
                     child = self._split(child, k)
             child.last_access = now

@@ -86,6 +86,68 @@ class _Seqs:
             yield from zip(idx, pairs, strict=True)
 
 
+class SharedSeqs:
+    """Every request's pairs, built once and replayed by several models: the points of a
+    capacity sweep, or engines that work on the same units (every model of a hash-only
+    trace works on its blocks). Sequences are read-only, so sharing them changes no
+    result; it saves hashing them again per replay. Holds the whole trace's keys, so
+    callers share only traces under a budget (:func:`shareable`)."""
+
+    def __init__(
+        self, requests: Sequence[Request], schedule: Schedule, builder: SeqBuilder
+    ) -> None:
+        self.unit_tokens = builder.unit_tokens
+        self.cache_outputs = builder.cache_outputs
+        self.keep_token_ids = builder.keep_token_ids
+        self.order = _arrival_order(len(requests), schedule)
+        self.pairs = [
+            pair
+            for _, pair in _Seqs(requests, self.order, builder, schedule.output_tokens).chunks()
+        ]
+
+    def fits(self, builder: SeqBuilder) -> bool:
+        return (
+            builder.unit_tokens == self.unit_tokens
+            and builder.cache_outputs == self.cache_outputs
+            and builder.keep_token_ids == self.keep_token_ids
+        )
+
+    def chunks(self) -> Iterator[tuple[int, SeqPair]]:
+        return zip(self.order, self.pairs, strict=True)
+
+
+SHARED_KEYS_BUDGET = 16_000_000
+"""Most keys (8 bytes each, plus two small objects per request) a shared build holds."""
+
+
+def shareable(requests: Sequence[Request], unit_tokens: int, outputs: Sequence[int]) -> bool:
+    """Whether the trace's sequences at ``unit_tokens`` fit :data:`SHARED_KEYS_BUDGET`."""
+    keys = 0
+    for r, o in zip(requests, outputs, strict=True):
+        keys += (int(getattr(r.prompt, "num_tokens", 0)) + o) // unit_tokens + 2
+        if keys > SHARED_KEYS_BUDGET:
+            return False
+    return True
+
+
+def seq_builder(
+    requests: Sequence[Request], model: PrefixCache, *, cache_outputs: bool = True
+) -> SeqBuilder:
+    """The builder of the sequences ``model`` replays ``requests`` on."""
+    block = trace_block_size(requests[0]) if len(requests) else None
+    return SeqBuilder(
+        model.unit_tokens,
+        block_size_tokens=block,
+        cache_outputs=cache_outputs,
+        keep_token_ids=model.needs_token_ids and block is None,
+    )
+
+
+def _arrival_order(n: int, schedule: Schedule) -> Sequence[int]:
+    arrival = schedule.arrival_s
+    return range(n) if arrival is None else np.argsort(arrival, kind="stable").tolist()
+
+
 class WaitingView(Sequence[CacheSeq]):
     """The waiting queue's prompts, as the model's ``schedule_order`` reads them (also
     the latency replay's, :mod:`kvroute.predict.replay`)."""
@@ -111,27 +173,27 @@ def replay(
     timing: TimingOptions,
     *,
     cache_outputs: bool = True,
+    shared: SharedSeqs | None = None,
 ) -> ReplayOutcome:
     """Run ``requests`` through ``model`` (fresh, empty) under ``schedule``.
 
     ``cache_outputs=False`` keeps generated tokens out of the cache (see seq.py).
-    The model is mutated. Raises ``InputError`` for prompts that are not tokenized, mix
-    forms, or whose block size differs from the model's geometry.
+    ``shared``: sequences built once for several replays (used when they were built the
+    way this model needs them, else built again). The model is mutated. Raises
+    ``InputError`` for prompts that are not tokenized, mix forms, or whose block size
+    differs from the model's geometry.
     """
     started = time.perf_counter()
     n = len(requests)
-    block = trace_block_size(requests[0]) if n else None
-    builder = SeqBuilder(
-        model.unit_tokens,
-        block_size_tokens=block,
-        cache_outputs=cache_outputs,
-        keep_token_ids=model.needs_token_ids and block is None,
-    )
+    builder = seq_builder(requests, model, cache_outputs=cache_outputs)
     arrival = schedule.arrival_s
-    order: Sequence[int] = (
-        range(n) if arrival is None else np.argsort(arrival, kind="stable").tolist()
-    )
-    seqs = _Seqs(requests, order, builder, schedule.output_tokens).chunks()
+    seqs: Iterator[tuple[int, SeqPair]]
+    if shared is not None and shared.fits(builder):
+        order = shared.order
+        seqs = shared.chunks()
+    else:
+        order = _arrival_order(n, schedule)
+        seqs = _Seqs(requests, order, builder, schedule.output_tokens).chunks()
     out = _PerRequest(n)
     # The replay makes millions of small objects and no garbage cycles: the cyclic
     # collector would only rescan the models' live state (~10 % of the time on large pools).

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvroute.cache.base import CacheGeometry
+from kvroute.cache.base import CacheGeometry, PrefixCache
 from kvroute.cache.capacity import Capacity
 from kvroute.cache.compare import compare_cached_tokens
 from kvroute.cache.registry import CacheFactory, EngineSettings, cache_models
-from kvroute.cache.replay import ReplayOutcome, replay
+from kvroute.cache.replay import ReplayOutcome, SharedSeqs, replay, seq_builder, shareable
 from kvroute.cache.result import (
     SCHEMA,
     Curve,
@@ -92,12 +92,14 @@ def simulate(
     notes = _notes(opts, capacity, block, schedule)
     geometry = CacheGeometry(capacity.tokens, block, capacity.kv_bytes_per_token)
     reported = [r.reported_cached_tokens for r in requests]
+    runner = _Runner(requests, schedule, opts)
     runs = []
+    at_pool: dict[str, ReplayOutcome] = {}
     for name, factory in factories:
         if progress is not None:
             progress(f"{name} at {_cap_text(capacity.tokens)} tokens")
-        model = factory(geometry)
-        outcome = replay(requests, model, schedule, opts.timing, cache_outputs=opts.cache_outputs)
+        outcome = runner.replay(factory(geometry))
+        at_pool[name] = outcome
         runs.append(
             _engine_run(
                 outcome, _settings_of(opts.settings, name), capacity, reported, schedule.arrival_s
@@ -113,7 +115,7 @@ def simulate(
             largest_request_tokens(requests, schedule.output_tokens),
             pool_tokens=capacity.tokens,
         )
-    curves = _sweep(requests, factories, grid, block, capacity, schedule, opts, progress)
+    curves = _sweep(runner, factories, grid, block, capacity, at_pool, progress)
     if (
         ideal is not None
         and opts.cache_outputs
@@ -136,28 +138,59 @@ def simulate(
     )
 
 
+class _Runner:
+    """Replays one trace through many models, building each kind of sequence once when
+    the trace is small enough to hold them (:class:`~kvroute.cache.replay.SharedSeqs`)."""
+
+    def __init__(
+        self, requests: Sequence[Request], schedule: Schedule, opts: SimulateOptions
+    ) -> None:
+        self._requests = requests
+        self._schedule = schedule
+        self._opts = opts
+        self._shared: dict[tuple[int, bool], SharedSeqs | None] = {}
+
+    def replay(self, model: PrefixCache) -> ReplayOutcome:
+        opts = self._opts
+        builder = seq_builder(self._requests, model, cache_outputs=opts.cache_outputs)
+        key = (builder.unit_tokens, builder.keep_token_ids)
+        if key not in self._shared:
+            fits = shareable(self._requests, builder.unit_tokens, self._schedule.output_tokens)
+            self._shared[key] = (
+                SharedSeqs(self._requests, self._schedule, builder) if fits else None
+            )
+        return replay(
+            self._requests,
+            model,
+            self._schedule,
+            opts.timing,
+            cache_outputs=opts.cache_outputs,
+            shared=self._shared[key],
+        )
+
+
 def _sweep(
-    requests: Sequence[Request],
+    runner: _Runner,
     factories: list[tuple[str, CacheFactory]],
     grid: list[int],
     block: int | None,
     capacity: Capacity,
-    schedule: Schedule,
-    opts: SimulateOptions,
+    at_pool: dict[str, ReplayOutcome],
     progress: Progress | None,
 ) -> list[Curve]:
-    """Each engine's hit ratio, evictions and rejections at every capacity of ``grid``."""
+    """Each engine's hit ratio, evictions and rejections at every capacity of ``grid``
+    (the pool's own replay where a grid point is the pool)."""
     curves = []
     for name, factory in factories:
         points = []
         for cap in grid:
+            if cap == capacity.tokens:
+                points.append(at_pool[name])
+                continue
             if progress is not None:
                 progress(f"{name} at {_cap_text(cap)} tokens (sweep)")
-            g = CacheGeometry(cap, block, capacity.kv_bytes_per_token)
             points.append(
-                replay(
-                    requests, factory(g), schedule, opts.timing, cache_outputs=opts.cache_outputs
-                )
+                runner.replay(factory(CacheGeometry(cap, block, capacity.kv_bytes_per_token)))
             )
         if points:
             curves.append(

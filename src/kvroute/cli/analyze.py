@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 import orjson
+from click.core import ParameterSource
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -84,7 +85,11 @@ EXIT_BELOW_THRESHOLD = 6
     help="How many shared-prefix groups to report.",
 )
 @click.option(
-    "--workers", type=click.IntRange(min=1), help="Tokenizer processes (default: all cores)."
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Tokenizer processes. Default: one process (it already encodes on every core) on "
+    "fewer than 4 cores or for the first 4,096 requests; past them, on 4 or more cores, a "
+    "pool of one per core but one.",
 )
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed for the pairwise sample."
@@ -106,8 +111,10 @@ EXIT_BELOW_THRESHOLD = 6
     "capacity_text",
     default="256Ki",
     show_default=True,
-    help="KV pool of the per-engine before/after figures of the cache breakers (64k is "
-    "64,000, 64Ki is 65,536; 'none': ideal figures only).",
+    help="Your KV pool, in tokens (64k is 64,000, 64Ki is 65,536; 'none': ideal figures "
+    "only). Given, the verdict is decided on what an ideal LRU cache of that size serves, "
+    "not on unlimited memory, and the capacity figures show it; it also sizes the "
+    "per-engine before/after figures of the cache breakers (256Ki when not given).",
 )
 @click.option(
     "--fail-under",
@@ -157,6 +164,10 @@ def analyze_cmd(
         if capacity_text.lower() == "none"
         else parse_size(capacity_text, what="--capacity-tokens")
     )
+    pool_given = (
+        click.get_current_context().get_parameter_source("capacity_text")
+        is not ParameterSource.DEFAULT
+    )
     console = make_console(stderr=writes_stdout(json_path, html_path))
     stats = ReadStats()
     with open_trace(trace) as source:
@@ -170,6 +181,7 @@ def analyze_cmd(
                 top_groups=top_groups,
                 seed=seed,
                 warmup=parse_warmup(warmup_text) if warmup_text is not None else None,
+                pool_tokens=capacity_tokens if pool_given else None,
             ),
             skip_invalid=skip_invalid,
             with_text=not no_text,

@@ -27,7 +27,6 @@ from kvroute.cli.simulate_capacity import parse_engines, parse_sizes, resolve_ca
 from kvroute.cli.simulate_options import simulate_options
 from kvroute.cli.simulate_output import write_outputs
 from kvroute.cli.simulate_trace import ideal_cache, load_trace
-from kvroute.cli.simulate_validate import run_validation
 from kvroute.cli.trace_input import open_trace, trace_inputs
 from kvroute.errors import UsageError
 from kvroute.validate.result import ValidateOptions
@@ -149,6 +148,10 @@ def simulate_cmd(
     )
     validation = None
     if validate_url is not None and validate_engine is not None:
+        # Imported here: validation's HTTP client and engine adapters cost a plain
+        # simulate a third of a second of start-up.
+        from kvroute.cli.simulate_validate import run_validation
+
         with open_trace(trace) as given:
             requests, source, validation = run_validation(
                 given,

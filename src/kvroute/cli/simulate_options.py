@@ -35,7 +35,11 @@ _PARAMS = (
         "--tokenizer", help="A .gguf file or a Hugging Face tokenizer directory (as for analyze)."
     ),
     click.option(
-        "--workers", type=click.IntRange(min=1), help="Tokenizer processes (default: all cores)."
+        "--workers",
+        type=click.IntRange(min=1),
+        help="Tokenizer processes. Default: one process (it already encodes on every core) on "
+        "fewer than 4 cores or for the first 4,096 requests; past them, on 4 or more cores, a "
+        "pool of one per core but one.",
     ),
     click.option("--skip-invalid", is_flag=True, help="Count and skip malformed records."),
     click.option(

@@ -9,7 +9,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from kvroute.analyze.run import AnalyzeOptions, analyze_requests
 from kvroute.cache.result import Ideal
 from kvroute.cache.simulate import TraceSource
 from kvroute.cli.trace_input import TraceInput
@@ -70,6 +69,8 @@ def _tapped(stream: Iterator[Request], tap: Callable[[Request], None]) -> Iterat
 def ideal_cache(
     requests: list[Request], source: TraceSource, block_size: int, console: Console
 ) -> Ideal:
+    from kvroute.analyze.run import AnalyzeOptions, analyze_requests  # only when asked for
+
     with console.status("measuring the ideal cache"):
         result = analyze_requests(
             requests,

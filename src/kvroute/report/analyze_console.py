@@ -150,10 +150,17 @@ def _capacity_table(r: AnalysisResult) -> Table:
     shown = rows[start:end]
     if len(shown) > 10:  # every other capacity, the last one kept
         shown = shown[:: -(-len(shown) // 10)] + ([shown[-1]] if len(shown) % 2 == 0 else [])
-    for cap, lru, fifo, opt in shown:
-        t.add_row(
-            f"{fmt.capacity(cap)} tokens", fmt.percent(lru), fmt.percent(fifo), fmt.percent(opt)
+    labels = [f"{fmt.capacity(cap)} tokens" for cap, *_ in shown]
+    pool = ru.pool
+    if pool is not None:  # the user's pool, in its place on the curve
+        at = sum(cap < pool.capacity_tokens for cap, *_ in shown)
+        shown.insert(
+            at,
+            (pool.capacity_tokens, pool.lru_hit_ratio, pool.fifo_hit_ratio, pool.optimal_hit_ratio),
         )
+        labels.insert(at, f"[bold]your pool {fmt.capacity(pool.capacity_tokens)}[/]")
+    for label, (_cap, lru, fifo, opt) in zip(labels, shown, strict=True):
+        t.add_row(label, fmt.percent(lru), fmt.percent(fifo), fmt.percent(opt))
     sampled = "" if ru.sample_rate == 1 else f"sampled {fmt.percent(ru.sample_rate, digits=2)}"
     if sampled:
         t.caption = sampled

@@ -328,9 +328,33 @@ def _reuse_section(r: AnalysisResult) -> Section:
                 percent_y=True,
                 y_min=0,
                 hlines=[RefLine(ru.infinite_hit_ratio, "infinite cache")],
+                vlines=[]
+                if ru.pool is None
+                else [
+                    RefLine(
+                        ru.pool.capacity_tokens,
+                        f"your pool {fmt.capacity(ru.pool.capacity_tokens)}",
+                    )
+                ],
             )
         ),
     ]
+    if ru.pool is not None:
+        p = ru.pool
+        reuse_blocks.insert(
+            1,
+            Paragraph(
+                f"At your KV pool of {fmt.capacity(p.capacity_tokens)} tokens: LRU "
+                f"{fmt.percent(p.lru_hit_ratio)}, FIFO {fmt.percent(p.fifo_hit_ratio)}, optimal "
+                f"{fmt.percent(p.optimal_hit_ratio)}, against {fmt.percent(ru.infinite_hit_ratio)} "
+                "with unlimited memory"
+                + (
+                    "; the verdict is decided on the LRU figure."
+                    if p.lru_hit_ratio < ru.infinite_hit_ratio
+                    else ": the pool holds the whole reuse."
+                )
+            ),
+        )
     if ru.reuse_time_s_hist_counts:
         total = max(sum(ru.reuse_time_s_hist_counts), 1)
         reuse_blocks.append(

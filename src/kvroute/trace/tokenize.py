@@ -7,7 +7,13 @@ generated tokens. Token and block prompts pass through untouched. Output order i
 order.
 
 With ``workers > 1`` batches go to a process pool, because template rendering is Python
-and holds the GIL. Each worker loads the tokenizer once, in the pool initializer, and
+and holds the GIL. ``workers=None`` picks by machine and trace (:func:`auto_pool_workers`):
+one process, which already encodes on every core (the tokenizer library's own threads),
+unless the machine has at least :data:`POOL_MIN_CORES` cores and the trace outlasts
+:data:`POOL_AFTER_REQUESTS` requests; then the rest goes to a pool of one worker per core
+but one (the calling process keeps analysing). A pool costs a process and a tokenizer per
+worker and a pickled copy of every batch both ways: on 2 cores it was slower than one
+process (bench/RESULTS.md, "`--workers` default"). Each worker loads the tokenizer once, in the pool initializer, and
 encodes on one core (the pool is the parallelism). At most ``2 * workers`` batches are
 in flight, so memory stays bounded however long the trace. The pool uses the
 interpreter's start method (``multiprocessing.get_context()``): ``fork`` on Linux up to
@@ -33,6 +39,17 @@ from kvroute.trace.tokenizer import ChatTokenizer, default_model_path, load_toke
 from kvroute.types import TokenIds
 
 _IN_FLIGHT_PER_WORKER = 2
+POOL_MIN_CORES = 4
+"""Fewer cores than this: ``workers=None`` tokenizes in the calling process."""
+POOL_AFTER_REQUESTS = 4096
+"""``workers=None`` tokenizes this many requests in the calling process before it starts a
+pool (a short trace never pays for one)."""
+
+
+def auto_pool_workers(cores: int) -> int:
+    """Pool size ``workers=None`` moves to once a trace is long: 0 (no pool) below
+    :data:`POOL_MIN_CORES` cores, else one worker per core but one."""
+    return 0 if cores < POOL_MIN_CORES else cores - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,24 +85,38 @@ def tokenize_requests(
     ``output_text`` becomes ``output_token_ids`` (and ``output_len`` when that is
     ``None``) unless ``output_token_ids`` is already set. ``tokenizer_source`` is what
     :func:`~kvroute.trace.tokenizer.load_tokenizer` takes. ``workers=None`` uses every
-    core; ``workers=1`` stays in this process. The tokenizer is loaded only once a batch
+    core (see the module's note); ``workers=1`` stays in this process. The tokenizer is loaded only once a batch
     needs it. Raises :class:`~kvroute.errors.TokenizerError` (naming the request's source
     line when known) when a prompt cannot be rendered, and
     :class:`~kvroute.errors.UsageError` for ``workers`` or ``batch_size`` below 1.
     """
-    num_workers = (os.cpu_count() or 1) if workers is None else workers
-    if num_workers < 1:
-        raise UsageError(f"workers must be at least 1, got {num_workers}")
+    if workers is not None and workers < 1:
+        raise UsageError(f"workers must be at least 1, got {workers}")
     if batch_size < 1:
         raise UsageError(f"batch_size must be at least 1, got {batch_size}")
     source = default_model_path() if tokenizer_source is None else Path(tokenizer_source)
     batches = _batched(requests, batch_size)
-    if num_workers == 1:
+    if workers is None:
+        return _tokenize_auto(batches, source, auto_pool_workers(os.cpu_count() or 1), batch_size)
+    if workers == 1:
         return _tokenize_here(batches, source)
-    return _tokenize_in_pool(batches, source, num_workers)
+    return _tokenize_in_pool(batches, source, workers)
 
 
-def _tokenize_here(batches: Iterator[list[Request]], source: Path) -> Iterator[Request]:
+def _tokenize_auto(
+    batches: Iterator[list[Request]], source: Path, pool_workers: int, batch_size: int
+) -> Iterator[Request]:
+    """In this process; with ``pool_workers``, the batches past the first
+    :data:`POOL_AFTER_REQUESTS` requests go to a pool of that many."""
+    if pool_workers < 2:
+        yield from _tokenize_here(batches, source)
+        return
+    first = islice(batches, -(-POOL_AFTER_REQUESTS // batch_size))
+    yield from _tokenize_here(first, source)
+    yield from _tokenize_in_pool(batches, source, pool_workers)
+
+
+def _tokenize_here(batches: Iterable[list[Request]], source: Path) -> Iterator[Request]:
     tokenizer: ChatTokenizer | None = None
     for batch in batches:
         work = _work_of(batch)
