@@ -220,7 +220,7 @@ def trace_for(workload: str) -> Path:
 def labels_of(trace: Path) -> list[str]:
     """The gateway's class of each request, as advise labels them."""
     from kvroute.advise.workload import classify_request
-    from kvroute.gateway.classify import ClassifyOptions
+    from kvroute.gateway.config.classify import ClassifyOptions
     from kvroute.trace.readers import detect_format, read_trace
 
     opts = ClassifyOptions()
