@@ -13,6 +13,10 @@ sweep point; they must be equal, not close).
 
     .venv/bin/python bench/sweep_bench.py [--old /work/main] [--repeats 3]
 
+``--old`` is a checkout with its own ``.venv``, or a ``git archive REV src`` unpacked
+with ``src/kvroute/*/_native`` built for it and ``.venv`` linked to another checkout's
+venv (each tree runs with its own ``src`` first on ``PYTHONPATH``).
+
 Configurations:
 - ``tokens``: ``--capacity-tokens 4Mi --sweep-sizes 2Mi,4Mi,8Mi,16Mi`` (no KV bytes per
   token: llama.cpp's host prompt cache is limited to n_ctx tokens, the case that made
@@ -53,11 +57,19 @@ def run_cli(tree: Path, trace: Path, args: list[str], out: Path) -> tuple[float,
     cmd = [str(exe), "simulate", str(trace), "--no-ideal", "--json", str(out), *args]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(tree)
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return cpu, wall
+
+
+def _env(tree: Path) -> dict[str, str]:
+    """Each tree runs its own sources, first on the path: an old tree may be a bare
+    ``git archive`` of ``src`` next to a ``.venv`` link to another checkout's venv."""
+    return {**os.environ, "PYTHONPATH": str(tree / "src")}
 
 
 def figures(path: Path) -> dict[str, Any]:
@@ -85,7 +97,9 @@ def figures(path: Path) -> dict[str, Any]:
 def native_status(tree: Path) -> str:
     code = "from kvroute.cache import native; print(native.status())"
     exe = tree / ".venv" / "bin" / "python"
-    res = subprocess.run([str(exe), "-c", code], capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        [str(exe), "-c", code], capture_output=True, text=True, check=False, env=_env(tree)
+    )
     return res.stdout.strip() or res.stderr.strip()[-200:]
 
 

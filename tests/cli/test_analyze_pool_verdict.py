@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -39,7 +40,7 @@ def trace(tmp_path: Path) -> Path:
     return path
 
 
-def _verdict(trace: Path, tmp_path: Path, *extra: str) -> tuple[dict[str, object], str]:
+def _verdict(trace: Path, tmp_path: Path, *extra: str) -> tuple[dict[str, Any], str]:
     out = tmp_path / "r.json"
     code, stdout, err = run("analyze", str(trace), "--no-breakers", "--json", str(out), *extra)
     assert code == 0, err

@@ -99,6 +99,10 @@ class SaveResult(enum.Enum):
     TOO_LARGE = "too_large"
 
 
+_NO_STATES: list[SavedPrompt] = []
+"""What an index lookup without states returns (never mutated)."""
+
+
 def _seq_of(state: SavedPrompt) -> int:
     return state.seq
 
@@ -118,8 +122,8 @@ class HostPromptCache:
         """Key at an indexed position -> the states holding it there, oldest first."""
         self._by_last: dict[object, list[SavedPrompt]] = {}
         """Last key -> the states ending with it."""
-        self._lengths: dict[int, int] = {}
-        """Number of keys -> how many states have that many."""
+        self._num_of_length: list[int] = [0]
+        """Index: a number of keys; value: how many states have that many."""
         self._next_seq = 0
         self.total_tokens = 0
         self.dropped_tokens = 0
@@ -139,7 +143,8 @@ class HostPromptCache:
         """States that may hold ``keys[position]`` at ``position``, oldest first: a
         superset when ``position`` is not indexed (the deepest indexed one before it)."""
         j = self._indexed(position)
-        return self._holders.get(keys[j], []) if j < len(keys) else []
+        group = self._holders.get(keys[j]) if j < len(keys) else None
+        return _NO_STATES if group is None else group
 
     def _add(self, state: SavedPrompt) -> None:
         self._order[id(state)] = state
@@ -157,7 +162,10 @@ class HostPromptCache:
                 else:
                     group.append(state)
             self._by_last.setdefault(keys[k - 1], []).append(state)
-        self._lengths[k] = self._lengths.get(k, 0) + 1
+        counts = self._num_of_length
+        if k >= len(counts):
+            counts.extend([0] * (k + 1 - len(counts)))
+        counts[k] += 1
         self.total_tokens += state.num_tokens
 
     def _forget(self, gone: list[SavedPrompt]) -> None:
@@ -171,11 +179,7 @@ class HostPromptCache:
                 for j in range(0, k, self._stride):
                     _unlist(holders, keys[j], s)
                 _unlist(by_last, keys[k - 1], s)
-            left = self._lengths[k] - 1
-            if left:
-                self._lengths[k] = left
-            else:
-                del self._lengths[k]
+            self._num_of_length[k] -= 1
 
     def _contained_in_some(self, state: SavedPrompt) -> bool:
         k = len(state.keys)
@@ -184,19 +188,18 @@ class HostPromptCache:
         return any(s.contains(state) for s in self._holding(state.key_list(), k - 1))
 
     def _inside(self, state: SavedPrompt) -> list[SavedPrompt]:
-        """The saved states ``state`` contains, oldest first."""
+        """The saved states ``state`` contains: per length of saved states up to its own,
+        the states ending with its key at that length."""
         keys = state.key_list()
-        k = len(keys)
-        lengths, by_last = self._lengths, self._by_last
+        counts, by_last = self._num_of_length, self._by_last
         found: list[SavedPrompt] = []
-        if k <= len(lengths):
-            ends = [(n, keys[n - 1]) for n in range(1, k + 1) if n in lengths]
-        else:
-            ends = [(n, keys[n - 1]) for n in lengths if 0 < n <= k]
-        for n, key in ends:
-            for s in by_last.get(key, []):
-                if len(s.keys) == n and state.contains(s):
-                    found.append(s)
+        for n in range(1, min(len(keys), len(counts) - 1) + 1):
+            if counts[n]:
+                group = by_last.get(keys[n - 1])
+                if group is not None:
+                    for s in group:
+                        if len(s.keys) == n and state.contains(s):
+                            found.append(s)
         return found
 
     def save(self, state: SavedPrompt) -> SaveResult:
