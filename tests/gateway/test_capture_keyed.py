@@ -99,3 +99,38 @@ def test_a_bad_key_file_stops_capture_naming_it(tmp_path: Path, tokenizer: ChatT
     with pytest.raises(InputError) as info:
         capture.start()
     assert str(key_file) in str(info.value) or getattr(info.value, "path", None) == str(key_file)
+
+
+@pytest.mark.parametrize("one_by_one", [True, False])
+def test_prefixes_remembered_are_keyed_too(tokenizer: ChatTokenizer, one_by_one: bool) -> None:
+    """Long prompts sharing a system prompt reuse its rendered hashes (the prefix memos):
+    what is written is still each prompt's hashes through the keyed function."""
+    from kvroute.gateway.capture.records import CaptureRecords
+
+    system = " ".join(f"rule {i}: be brief and exact." for i in range(120))
+    bodies = [
+        {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": f"q{i}"},
+            ],
+        }
+        for i in range(12)
+    ]
+    records = CaptureRecords(
+        PromptTokens(tokenizer), block_size_tokens=16, include_text=False, key=KEY_A
+    )
+    records._hasher.one_by_one = one_by_one
+    for batch in (bodies[:6], bodies[6:]):  # the second batch meets remembered prefixes
+        events = [event(b) for b in batch]
+        lines, _ = records.render(events)
+        plain = capture_records(
+            events, PromptTokens(tokenizer), block_size_tokens=16, include_text=False
+        )
+        for line, rec in zip(lines, plain, strict=True):
+            assert isinstance(line, bytes) and not isinstance(rec, Exception)
+            assert len(rec["hashes"]) > 8 * 2  # long enough for the prefix memos
+            want = keyed_hashes(np.array(rec["hashes"], dtype=np.uint64), KEY_A).tolist()
+            assert orjson.loads(line)["hashes"] == want
+    assert records._hasher.num_prefix_hits > 0

@@ -44,8 +44,12 @@ class PrefixHasher:
         *,
         max_memo_bytes: int = 16 * 1024 * 1024,
         one_by_one: bool | None = None,
+        render: Callable[[list[int]], bytes] = orjson.dumps,
     ) -> None:
         self.block_size_tokens = block_size_tokens
+        self._render = render
+        """Hashes -> the JSON array written for them (capture keys them here, so a
+        remembered prefix's keyed digits are reused as the plain ones were)."""
         self.one_by_one = hashing.active() if one_by_one is None else one_by_one
         """Hash each prompt whole with :func:`kvroute.trace.hashing.block_hashes`
         (no memo): the default when its C build is loaded."""
@@ -77,13 +81,13 @@ class PrefixHasher:
         width = 4 * block  # bytes per block
         if len(ids) < MIN_CHECKPOINT_BLOCKS * width:
             hashes = block_hash(ids, block, DEFAULT_SEED, True)
-            return hashes, orjson.dumps(hashes)
+            return hashes, self._render(hashes)
         key = ids[:width]
         lead = self._leads.get(key)
         if lead is None:
             self._keep(key, _Lead(ids))
             hashes = block_hash(ids, block, DEFAULT_SEED, True)
-            return hashes, orjson.dumps(hashes)
+            return hashes, self._render(hashes)
         self._leads.move_to_end(key)
         common = self._common(ids, lead.last) // block
         self._lead_bytes += len(ids) - len(lead.last)
@@ -97,13 +101,13 @@ class PrefixHasher:
             if not rest:
                 return list(shared), b"".join((b"[", lead.shared_json, b"]"))
             # One join: concatenating copied the ~1 KB of digits once per operator.
-            rendered = b"".join((b"[", lead.shared_json, b",", orjson.dumps(rest)[1:]))
+            rendered = b"".join((b"[", lead.shared_json, b",", self._render(rest)[1:]))
             return shared + rest, rendered
         hashes = block_hash(ids, block, DEFAULT_SEED, True)
         if common >= MIN_CHECKPOINT_BLOCKS:  # first seen, or shorter than the last
             lead.shared = hashes[:common]
-            lead.shared_json = orjson.dumps(lead.shared)[1:-1]
-        return hashes, orjson.dumps(hashes)
+            lead.shared_json = self._render(lead.shared)[1:-1]
+        return hashes, self._render(hashes)
 
     def _keep(self, key: bytes, lead: _Lead) -> None:
         self._leads[key] = lead
@@ -140,7 +144,7 @@ class PrefixHasher:
         min_tokens = MIN_CHECKPOINT_BLOCKS * block
         if all(ids.shape[0] < min_tokens for ids in token_ids):
             chained = batch_block_hashes(token_ids, block)
-            return [(h, orjson.dumps(h)) for h in chained]
+            return [(h, self._render(h)) for h in chained]
         known: list[tuple[list[int], bytes]] = []
         for ids in token_ids:
             found: tuple[list[int], bytes] = _NONE_KNOWN
@@ -163,9 +167,9 @@ class PrefixHasher:
             token_ids, known, batch_block_hashes(rests, block, parents), strict=True
         ):
             if not k:
-                hashes, rendered = h, orjson.dumps(h)
+                hashes, rendered = h, self._render(h)
             elif h:  # the remembered digits, then the new ones (no brackets doubled)
-                hashes, rendered = k + h, b"[" + k_json + b"," + orjson.dumps(h)[1:]
+                hashes, rendered = k + h, b"[" + k_json + b"," + self._render(h)[1:]
             else:
                 hashes, rendered = k, b"[" + k_json + b"]"
             out.append((hashes, rendered))
@@ -176,7 +180,7 @@ class PrefixHasher:
 
     def _remember(self, key: bytes, hashes: list[int]) -> None:
         memo = self._memo
-        memo[key] = (hashes, orjson.dumps(hashes)[1:-1])
+        memo[key] = (hashes, self._render(hashes)[1:-1])
         self._memo_bytes += 3 * len(key)  # the key, ~40 bytes per 16-token block, the JSON
         while memo and self._memo_bytes > self.max_memo_bytes:
             old_key, _ = memo.popitem(last=False)

@@ -136,7 +136,9 @@ class CaptureRecords:
         self._seen_once: set[int] = set()  # hash() of keys seen once (a collision only
         # lets a body into the memo early: the memo itself compares whole keys)
         self._pseudonyms: dict[str, str] = {}
-        self._hasher = PrefixHasher(block_size_tokens)
+        self._hasher = PrefixHasher(
+            block_size_tokens, render=orjson.dumps if key is None else self._keyed_json
+        )
         self._recent_long = RecentLongBodies()
         """The last long bodies made (they have no memo key)."""
 
@@ -176,6 +178,9 @@ class CaptureRecords:
                 rec["hashes"] = self._keyed_hashes(rec["hashes"])
             out.append(rec)
         return out
+
+    def _keyed_json(self, hashes: list[int]) -> bytes:
+        return orjson.dumps(self._keyed_hashes(hashes))
 
     def _keyed_hashes(self, hashes: list[int]) -> list[int]:
         """``keyed_hashes(hashes, key)``, from the memo for hashes seen before."""
@@ -236,9 +241,8 @@ class CaptureRecords:
             out.append(None)
         hashes = self._hasher.hashes_json([ids for _, _, ids in made])
         parts: list[BodyPart] = []
-        for j, ((key, fields, ids), (h, plain_json)) in enumerate(zip(made, hashes, strict=True)):
+        for j, ((key, fields, ids), (h, h_json)) in enumerate(zip(made, hashes, strict=True)):
             fields["input_len"] = len(ids) >> 2  # 4 bytes an id
-            h_json = plain_json if self.key is None else orjson.dumps(self._keyed_hashes(h))
             # orjson.dumps(fields)[1:] once "hashes" is in, with the hashes' JSON reused
             # (one join: each + copied the hashes' ~1 KB of digits again).
             tail = b"".join((orjson.dumps(fields)[1:-1], b',"hashes":', h_json, b"}"))
