@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -53,11 +54,27 @@ def _free_port() -> int:
         return port
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (granian serves from a worker process)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                todo += [int(k) for k in (task / "children").read_text().split()]
+    return out
+
+
 def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    total = 0.0
+    for p in _tree(pid):
+        try:
+            lines = Path(f"/proc/{p}/status").read_text().splitlines()
+        except OSError:
+            continue
+        total += sum(int(x.split()[1]) / 1024 for x in lines if x.startswith("VmRSS:"))
+    return total
 
 
 def _probe(port: int, stop: threading.Event, out: list[float], failures: list[str]) -> None:
@@ -246,8 +263,53 @@ def _phase(kind: str, pid: int, port: int, args: argparse.Namespace) -> dict[str
 
 
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+GRANIAN_APP = """
+import json
+OK = json.dumps({"status": "ok"}).encode()
+BAD = json.dumps({"error": {"message": "the request body is not valid JSON",
+                            "type": "invalid_request_error", "param": None, "code": None}}).encode()
+async def app(scope, proto):
+    await proto()
+    if scope.path == "/health":
+        proto.response_bytes(200, [("content-type", "application/json")], OK)
+    else:
+        proto.response_bytes(400, [("content-type", "application/json")], BAD)
+"""
+
+
+def _start_granian(granian: str, tmp: Path) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """A bare granian RSGI app answering like the gateway's cheap paths (``/health``
+    200, anything else a 400 error JSON), at the settings a deployment would pick:
+    one worker, its header read timeout at the gateway's ``head_timeout_s``."""
+    port = _free_port()
+    (tmp / "gr_abuse_app.py").write_text(GRANIAN_APP)
+    argv = [
+        granian, "--interface", "rsgi", "--host", HOST, "--port", str(port),
+        "--workers", "1", "--runtime-threads", "1", "--loop", "uvloop", "--http", "1",
+        "--http1-header-read-timeout", "10000", "--log-level", "warning", "--no-ws",
+        "gr_abuse_app:app",
+    ]  # fmt: skip
+    log = tmp / "granian.stderr.txt"
+    with log.open("w") as err:
+        proc = subprocess.Popen(argv, cwd=tmp, stderr=err, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection((HOST, port), timeout=1).close()
+            return proc, port, log
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None, log.read_text()
+            time.sleep(0.1)
 
 
 PHASES = ("baseline", "slow", "head", "pipeline")
@@ -266,6 +328,11 @@ def main() -> None:
         help="interpreters whose kvroute is served, side by side in one run (another "
         "tree's .venv/bin/python: before vs after); each phase runs on each in turn",
     )
+    parser.add_argument(
+        "--granian",
+        help="a granian executable (a throwaway venv's): its bare RSGI app is attacked "
+        "too, beside the gateways (the server decision's abuse columns)",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="rounds of every phase")
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).with_name("gateway_abuse_results.json")
@@ -273,9 +340,14 @@ def main() -> None:
     args = parser.parse_args()
     labels = [str(Path(p).absolute().parents[2]) for p in args.python]  # the trees
     with tempfile.TemporaryDirectory() as tmp:
-        gateways = [
+        gateways = []
+        if args.granian:  # first: a granian that cannot start leaves no gateway behind
+            gateways.append(_start_granian(args.granian, Path(tmp)))
+        gateways += [
             _start_gateway(python, Path(tmp), f"gw{i}") for i, python in enumerate(args.python)
         ]
+        if args.granian:
+            labels.insert(0, "granian (bare RSGI)")
         runs: list[dict[str, Any]] = []
         try:
             for round_ in range(args.repeat):
