@@ -56,6 +56,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from kvroute.bench.metrics import Slo, meets  # noqa: E402
 from kvroute.bench.result import load_result  # noqa: E402
@@ -72,34 +73,9 @@ NUM_REQUESTS = 12
 SEED = 0
 SLO = "ttft_p90=3s,tpot_p90=200ms"
 BENCH_SLO = "ttft=3s,tpot=200ms"  # the same limits in bench's spelling
-WORKLOADS: dict[str, dict[str, str]] = {
-    # ~700-token prompts, 60 % of them the shared template (the workload's default share)
-    "rag": {
-        "prompt_tokens": "600",
-        "question_tokens": "16",
-        "num_chunks": "3",
-        "output_tokens": "16",
-    },
-    "multiturn": {
-        "turns": "4",
-        "concurrent_sessions": "4",
-        "system_tokens": "96",
-        "user_tokens": "24",
-        "answer_tokens": "24",
-        "think_s": "0.2",
-    },
-    "agent": {
-        "num_tools": "3",
-        "tool_depth": "1",
-        "system_tokens": "64",
-        "steps": "4",
-        "tool_result_tokens": "32",
-        "output_tokens": "16",
-        "concurrent_agents": "4",
-    },
-    "json": {"prompt_tokens": "192", "max_depth": "2", "width": "2", "output_tokens": "80"},
-    "code": {"context_tokens": "256", "output_tokens": "16"},
-}
+# The seed experiments' workloads, so the study benches what those runs measured.
+from seed_experiments import WORKLOADS  # noqa: E402
+
 LAUNCH = LaunchOptions(parallel=4, ctx_tokens=4096, threads=1, vllm_enforce_eager=True)
 CALIBRATE = {
     "llamacpp": ["--dtype", "q4_1", "--capacity-tokens", "16384", "-np", "4"],
