@@ -111,6 +111,11 @@ def test_body_too_large_is_413(loop_thread: LoopThread, fake: FakeUpstream) -> N
             b'{"model": "m", "messages": [{"role": "user"}], "tools": [{"function": {"name": "f"}}]}',
             "tools[0].type",
         ),
+        (
+            b'{"model": "m", "messages": [{"role": "user"}], '
+            b'"tools": [{"type": "x", "function": {"name": "f"}}]}',
+            "tools[0].type",
+        ),
         (b'{"model": "m", "messages": [{"role": "user", "content": 5}]}', "messages[0].content"),
         (
             b'{"model": "m", "messages": [{"role": "user", "content": [5]}]}',
