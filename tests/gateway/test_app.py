@@ -107,6 +107,15 @@ def test_body_too_large_is_413(loop_thread: LoopThread, fake: FakeUpstream) -> N
             b'"tools": [{"type": "function", "function": {"name": 5}}]}',
             "tools[0].function.name",
         ),
+        (
+            b'{"model": "m", "messages": [{"role": "user"}], "tools": [{"function": {"name": "f"}}]}',
+            "tools[0].type",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user"}], '
+            b'"tools": [{"type": "x", "function": {"name": "f"}}]}',
+            "tools[0].type",
+        ),
         (b'{"model": "m", "messages": [{"role": "user", "content": 5}]}', "messages[0].content"),
         (
             b'{"model": "m", "messages": [{"role": "user", "content": [5]}]}',

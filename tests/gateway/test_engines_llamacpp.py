@@ -292,6 +292,7 @@ BAD_SHAPES: list[tuple[dict[str, Any], str]] = [
     ({"tools": [{}]}, "tools[0].function"),
     ({"tools": [{"type": "function"}]}, "tools[0].function"),
     ({"tools": [{"type": "function", "function": {"name": 5}}]}, "tools[0].function.name"),
+    ({"tools": [{"function": {"name": "f"}}]}, "tools[0].type"),  # llama-server: 500
     (
         {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
         "messages[0].content[0].text",

@@ -5,7 +5,7 @@ their own error shape) instead of a 400: a JSON object; ``messages`` of objects 
 a string ``role`` and a ``content`` that is a string, null or an array of parts
 (objects with a string ``type``; a ``text`` part's ``text`` a string), or ``prompt``;
 a string ``model``; a boolean ``stream``; ``tools``, when given, an array of objects
-each with a ``function`` object whose ``name`` is a non-empty string.
+each with ``type`` "function" and a ``function`` object whose ``name`` is a non-empty string.
 Every other field goes upstream byte for byte: no renaming (SGLang's router turns
 ``max_tokens`` into ``max_completion_tokens``, which some servers ignore), no
 dropping. Two changes are made, both on purpose:
@@ -132,6 +132,10 @@ def _check_tools(tools: object) -> None:
                 f"tools[{i}].function.name must be a non-empty string",
                 param=f"tools[{i}].function.name",
             )
+        if tool.get("type") != "function":
+            # llama-server: 500 "Missing tool type" / "Unsupported tool type" (found by
+            # tests/gateway/test_fuzz_openapi.py)
+            raise bad_request(f'tools[{i}].type must be "function"', param=f"tools[{i}].type")
 
 
 def upstream_body(body: ClientBody, *, inject_usage: bool, model: str | None) -> bytes:
