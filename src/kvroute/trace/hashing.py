@@ -307,7 +307,7 @@ _COMMON = None if _MODULE is None else _MODULE.common_prefix
 def native() -> tuple[Callable[[Any, int, int, bool], list[int]], Callable[[Any, Any], int]] | None:
     """The C ``block_hashes(tokens, block_size, parent, partial)`` and
     ``common_prefix(a, b)`` themselves, for callers that pass contiguous arrays and
-    want no Python frame around each call (about 1 µs of a capture record's ~20);
+    want no Python frame around each call (the capture worker, per record);
     None when the C build is not loaded."""
     if _NATIVE is None or _COMMON is None:
         return None
