@@ -205,3 +205,28 @@ def test_vllm_under_kv_pressure_every_request_finishes_and_the_pool_stays_consis
     assert (t.end_s > t.first_token_s).all()
     model.check_invariants()
     assert model.usage().pinned_tokens == 0
+
+
+def test_sglang_requests_prefilled_in_one_batch_do_not_hit_each_other() -> None:
+    # Four clients start together with prompts sharing 320 tokens: SGLang prefills them
+    # in one batch and caches their prompts at its end, so none of them hits (measured
+    # on SGLang-CPU: cached 0, 0, 0, 0 in the first wave); every later request hits the
+    # shared prefix.
+    sim = _sim("sglang")
+    reqs = FixedWorkload(isl=700, osl=20, num_requests=12, prefix_tokens=320).requests()
+    work = sim.workload(reqs, [20] * 12, Arrivals(num_clients=4))
+    t = sim.run(work, _basis(), ONE_S_PER_STEP)
+    assert t.cached_tokens[:4].tolist() == [0, 0, 0, 0]
+    assert (t.cached_tokens[4:] >= 320).all()
+    assert t.first_token_s[:4].tolist() == [1.0] * 4  # one prefill batch
+
+
+def test_sglang_a_request_arriving_after_the_batch_hits_its_prompts() -> None:
+    # r1 arrives while r0's prefill step runs ([0, 1]): it is admitted at the step
+    # boundary 1, after r0's prompt entered the tree, and hits the shared prefix.
+    sim = _sim("sglang")
+    reqs = FixedWorkload(isl=700, osl=20, num_requests=2, prefix_tokens=320).requests()
+    work = sim.workload(reqs, [20, 20], Arrivals(times_s=np.array([0.0, 0.5])))
+    t = sim.run(work, _basis(), ONE_S_PER_STEP)
+    assert t.cached_tokens[0] == 0
+    assert t.cached_tokens[1] >= 320

@@ -146,6 +146,16 @@ class StepMemory(Protocol):
     def preempt(self, request_id: int, num_computed: int) -> None: ...
 
 
+@runtime_checkable
+class BatchInsert(Protocol):
+    """A cache model whose prompts enter the cache at the end of their prefill batch
+    (:class:`~kvroute.cache.sglang.SglangPrefixCache`)."""
+
+    def pin_deferred(self, request_id: int, seq: CacheSeq, final_tokens: int) -> Admission: ...
+
+    def prefilled(self, request_id: int, seq: CacheSeq) -> None: ...
+
+
 class _Engine:
     """The engine's request states: the :class:`~kvroute.predict.base.EngineView`.
 
@@ -158,6 +168,7 @@ class _Engine:
     def __init__(self, model: PrefixCache, pairs: Sequence[SeqPair], outputs: Sequence[int]):
         self.model = model
         self.stepper: StepMemory | None = model if isinstance(model, StepMemory) else None
+        self.inserter: BatchInsert | None = model if isinstance(model, BatchInsert) else None
         self.pairs = pairs
         self.outputs = outputs
         self.waiting: deque[int] = deque()
@@ -200,6 +211,8 @@ class _Engine:
             if self.stepper is not None:
                 budget = seq.num_tokens if max_new_tokens is None else max_new_tokens
                 adm = self.stepper.pin_steps(rid, seq, pair.final, budget)
+            elif self.inserter is not None:
+                adm = self.inserter.pin_deferred(rid, seq, pair.final.num_tokens)
             else:
                 adm = self.model.pin(rid, seq, pair.final.num_tokens)
             if adm.status is AdmitStatus.NO_ROOM:
@@ -554,6 +567,9 @@ def replay(
                 if r.done >= r.prompt_len:
                     done_prefill.append(r)
             if done_prefill:
+                if eng.inserter is not None:  # the batch is computed: its prompts are cached
+                    for r in done_prefill:
+                        eng.inserter.prefilled(r.rid, pairs[r.rid].prompt)
                 gone = {id(r) for r in done_prefill}
                 eng.prefilling_list = [r for r in reqs if id(r) not in gone]
             if plan.decode:
