@@ -45,7 +45,7 @@ def test_the_repeat_spread_round_trips_and_older_documents_read_as_zero() -> Non
     old = calibration_from_json(doc)
     assert (old.repeat_sigma_ttft, old.repeat_sigma_tpot) == (0.0, 0.0)
     doc["repeat_sigma"] = {"ttft": -1}
-    with pytest.raises(InputError, match="repeat_sigma.ttft"):
+    with pytest.raises(InputError, match=r"repeat_sigma\.ttft"):
         calibration_from_json(doc)
 
 
