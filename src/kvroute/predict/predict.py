@@ -115,6 +115,12 @@ def predict(
     prompt = int(per.prompt_tokens[admitted].sum())
     hits = int(per.cached_tokens[admitted].sum())
     notes = list(cal.notes)
+    preempted = int((point.preemptions > 0).sum())
+    if preempted:
+        notes.append(
+            f"{preempted} of {len(per.admitted)} requests were preempted when KV blocks ran "
+            "out and recomputed (vLLM); their queueing and recompute are in the latencies"
+        )
     if cal.source == "prior":
         notes.append("no calibration for this engine and hardware: intervals are wide")
     return Prediction(
