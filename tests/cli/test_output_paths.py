@@ -38,7 +38,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for target in (
         "kvroute.cli.analyze.read_trace",
-        "kvroute.cli.simulate.load_trace",
+        "kvroute.cli.simulate.command.load_trace",
         "kvroute.trace.synthetic.sample_log",
         "kvroute.trace.tokenizer.load_tokenizer",
         "kvroute.bench.runner.run_bench",
