@@ -257,12 +257,3 @@ def test_write_page_keeps_old_file_when_replace_fails(
     monkeypatch.undo()
     write_page(demo_page(), target)
     assert stat.S_IMODE(target.stat().st_mode) == 0o600  # permissions survive a rewrite
-
-
-def test_prose_in_a_page_never_breaks_a_value_from_its_unit() -> None:
-    from kvroute.report.page.escape import prose
-
-    assert prose("between 40.0 % and 60.0 %, wait 2 min 05 s, +4.6 pp <x>") == (
-        "between 40.0\xa0% and 60.0\xa0%, wait 2\xa0min\xa005\xa0s, +4.6\xa0pp &lt;x&gt;"
-    )
-    assert prose("3 sessions and 12 turns") == "3 sessions and 12 turns"  # words break
