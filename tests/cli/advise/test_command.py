@@ -12,7 +12,6 @@ import yaml
 from click.testing import CliRunner
 
 from kvroute.cli import main
-from kvroute.cli.advise.output import write_out_dir
 
 pytestmark = pytest.mark.slow
 
@@ -232,16 +231,6 @@ def test_a_non_empty_out_is_refused_without_force(sample: Path, tmp_path: Path) 
     )
     assert code == 0, stderr
     assert not (out / "keep.txt").exists() and (out / "advice.json").exists()
-
-
-def test_a_failed_write_leaves_the_directory_as_it_was(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "old.json").write_text("old")
-    with pytest.raises(Exception, match="could not write"):
-        write_out_dir(out, {"a.json": b"1", "no/such/dir.txt": b"2"}, frozenset())
-    assert [p.name for p in out.iterdir()] == ["old.json"]
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging left behind
 
 
 def test_a_capacity_bound_hash_only_trace_is_led_by_capacity(tmp_path: Path) -> None:

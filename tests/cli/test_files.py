@@ -303,31 +303,3 @@ def test_bench_report_html_dash_and_an_interrupted_result(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
     code, out, err = run("bench", "compare", str(saved), str(saved), "--json", "-", "--html", "-")
     assert_one_line_usage_error(code, err, "--json", "--html", "standard output")
-
-
-def test_usage_errors_read_like_every_other_error() -> None:
-    from click.testing import CliRunner
-
-    from kvroute.cli.main import build_cli
-
-    result = CliRunner().invoke(build_cli(), ["analyze", "--nope", "x"])
-    assert result.exit_code == 2
-    assert result.stderr.splitlines() == [
-        "error: No such option '--nope'. (Did you mean one of: '--no-text', '--top'?)",
-        "hint: `kvroute analyze --help` lists the options",
-    ]
-    result = CliRunner().invoke(build_cli(), ["nope"])
-    assert result.exit_code == 2 and "`kvroute --help` lists the commands" in result.stderr
-
-
-def test_a_missing_choice_option_is_one_error_line_naming_the_choices() -> None:
-    from click.testing import CliRunner
-
-    from kvroute.cli.main import build_cli
-
-    result = CliRunner().invoke(build_cli(), ["predict", "t.jsonl", "-g", "h100-80gb"])
-    assert result.exit_code == 2
-    first, hint = result.stderr.splitlines()
-    assert first.startswith("error: Missing option '--engine' / '-e'. Choose from: ")
-    assert all(e in first for e in ("vllm", "sglang", "llamacpp")) and "\t" not in first
-    assert hint == "hint: `kvroute predict --help` lists the options"
