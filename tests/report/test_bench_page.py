@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 
-from kvroute.bench.compare import compare
-from kvroute.bench.metrics import Slo, stat, summarize
-from kvroute.bench.record import RequestRecord
-from kvroute.bench.result import SCHEMA, BenchResult, EndpointInfo, LoadInfo, Run, WorkloadInfo
+from kvroute.bench.results.compare import compare
+from kvroute.bench.results.metrics import Slo, stat, summarize
+from kvroute.bench.results.record import RequestRecord
+from kvroute.bench.results.result import SCHEMA, BenchResult, EndpointInfo, LoadInfo, Run, WorkloadInfo
 from kvroute.report.bench_console import render_result
 from kvroute.report.bench_page import bench_page, compare_page
 from kvroute.report.html import render_page
@@ -195,7 +195,7 @@ def test_a_narrow_terminal_keeps_the_load_and_names_the_columns_left_out() -> No
 
 
 def test_a_difference_of_float_noise_reads_as_zero() -> None:
-    from kvroute.bench.compare import Diff
+    from kvroute.bench.results.compare import Diff
     from kvroute.report.bench_rows import diff_cells
 
     d = Diff("TPOT p50", "s", 0.05, 0.05, 0.0, 0.0, -5.55e-17, 5.55e-17, True, None)

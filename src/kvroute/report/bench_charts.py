@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from kvroute.bench import metrics
-from kvroute.bench.record import Outcome, RequestRecord
-from kvroute.bench.result import Run
+from kvroute.bench.results import metrics
+from kvroute.bench.results.record import Outcome, RequestRecord
+from kvroute.bench.results.result import Run
 from kvroute.report import fmt
 from kvroute.report.axes import wants_log
 from kvroute.report.bench_rows import run_label, stat_cells

@@ -1,13 +1,16 @@
 """The OpenAI streaming client: one request, its SSE stream read as it arrives.
 
-:class:`~kvroute.bench.stream_sink.StreamSink` turns the bytes of one response into a
-:class:`RequestRecord` (first byte, first token, chunks, usage, llama.cpp timings).
+Requests go out on :class:`~kvroute.http.client.PooledTransport` connections, their
+responses pushed to a :class:`~kvroute.bench.client.stream_sink.StreamSink` from the
+socket's callback with each piece's receive time (first byte, first token, chunks,
+usage, llama.cpp timings), so no task switch sits between a token's arrival and its
+timestamp.
 
-:func:`send` runs one request on a pooled connection with the first-token and total
-timeouts, the run's deadline and an optional mid-stream abandon (closing the
-connection is the only way to cancel an HTTP/1.1 stream; engines then stop
-generating). A reused keep-alive connection that the server closed just before the
-request is retried once on a fresh one, because nothing was processed.
+:func:`send` runs one request with the first-token and total timeouts, the run's
+deadline and an optional mid-stream abandon (closing the connection is the only way
+to cancel an HTTP/1.1 stream; engines then stop generating). A reused keep-alive
+connection that the server closed just before the request is retried once on a fresh
+one, because nothing was processed.
 """
 
 from __future__ import annotations
@@ -15,15 +18,17 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from kvroute.bench.http1 import Clock, Connection
-from kvroute.bench.pool import ConnectionPool
-from kvroute.bench.record import ErrorKind, Outcome, RequestRecord
-from kvroute.bench.stream_sink import StreamSink
+from kvroute.bench.client.stream_sink import StreamSink
+from kvroute.bench.results.record import ErrorKind, Outcome, RequestRecord
+from kvroute.http.client import Clock, PooledConnection, PooledTransport, UpstreamFailure
+
+_CONNECT_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A request ready to go: the whole HTTP request as bytes, and how to read it."""
+    """A request ready to go: the whole HTTP request as bytes (encoded by the endpoint's
+    transport before the run, so sending only writes them), and how to read it."""
 
     index: int
     payload: bytes
@@ -43,37 +48,40 @@ class Timeouts:
 
 @dataclass(slots=True)
 class InFlight:
-    """A request on the wire: its connection, reader, completion and timers."""
+    """A request on the wire: its connection, completion and timers."""
 
-    conn: Connection
+    conn: PooledConnection
     done: asyncio.Future[None]
     timers: list[asyncio.TimerHandle]
     reused: bool
 
 
-def _start_on(
-    conn: Connection, req: Prepared, rec: RequestRecord, clock: Clock, t0: float, timeouts: Timeouts
-) -> InFlight:
-    loop = asyncio.get_running_loop()
-    reused = conn.num_requests > 0
-    done: asyncio.Future[None] = loop.create_future()
-    sink = StreamSink(
-        rec,
-        done,
-        conn.abort,
-        t0=t0,
-        keep_text=req.keep_text,
-        cancel_after_chunks=req.cancel_after_chunks,
+def _sink(req: Prepared, rec: RequestRecord, t0: float) -> StreamSink:
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    return StreamSink(
+        rec, done, t0=t0, keep_text=req.keep_text, cancel_after_chunks=req.cancel_after_chunks
     )
-    conn.send(req.payload, sink)
+
+
+def _started(
+    conn: PooledConnection,
+    sink: StreamSink,
+    rec: RequestRecord,
+    clock: Clock,
+    t0: float,
+    timeouts: Timeouts,
+) -> InFlight:
+    sink.abort = conn.abort
     sent = clock()
     if rec.sent_s is None:
         rec.sent_s = sent - t0
-    return InFlight(conn, done, _arm(loop, sink, rec, sent, timeouts, clock), reused)
+    loop = asyncio.get_running_loop()
+    timers = _arm(loop, sink, rec, sent, timeouts, clock)
+    return InFlight(conn, sink.done, timers, conn.num_requests > 1)
 
 
 def begin(
-    pool: ConnectionPool,
+    pool: PooledTransport,
     req: Prepared,
     rec: RequestRecord,
     *,
@@ -84,12 +92,13 @@ def begin(
     """Write ``req`` now on an idle connection, synchronously (None when none is idle):
     a dispatcher sends in the loop step it woke in, not one step later behind every
     callback already queued."""
-    conn = pool.acquire_idle()
-    return None if conn is None else _start_on(conn, req, rec, clock, t0, timeouts)
+    sink = _sink(req, rec, t0)
+    conn = pool.start_idle(req.payload, sink)
+    return None if conn is None else _started(conn, sink, rec, clock, t0, timeouts)
 
 
 async def send(
-    pool: ConnectionPool,
+    pool: PooledTransport,
     req: Prepared,
     rec: RequestRecord,
     *,
@@ -103,21 +112,21 @@ async def send(
     become the record's error kind."""
     for attempt in range(2):
         if started is None:
-            conn = pool.acquire_idle()
-            if conn is None:
-                try:
-                    conn = await pool.acquire()
-                except OSError as exc:
-                    rec.fail(ErrorKind.CONNECT, f"{type(exc).__name__}: {exc}", clock() - t0)
-                    return rec
-            started = _start_on(conn, req, rec, clock, t0, timeouts)
+            sink = _sink(req, rec, t0)
+            try:
+                conn = await pool.start(req.payload, sink, connect_timeout_s=_CONNECT_TIMEOUT_S)
+            except UpstreamFailure as exc:
+                rec.fail(ErrorKind.CONNECT, exc.detail, clock() - t0)
+                return rec
+            started = _started(conn, sink, rec, clock, t0, timeouts)
         flight, started = started, None
         try:
             await flight.done
         finally:
             for timer in flight.timers:
                 timer.cancel()
-            pool.release(flight.conn)
+            if not flight.done.done():  # cancelled (Ctrl-C): the stream is abandoned
+                flight.conn.abort()
         stale = flight.reused and rec.error_kind is ErrorKind.RESET and rec.first_byte_s is None
         if not (stale and attempt == 0):
             return rec

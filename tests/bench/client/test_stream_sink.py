@@ -7,11 +7,11 @@ import json
 from typing import Any
 
 from bench.fake_upstream import fake_upstream
-from kvroute.bench.client import Prepared, Timeouts, send
+from kvroute.bench.client.send import Prepared, Timeouts, send
 from kvroute.bench.http1 import Failure, Target, request_bytes
 from kvroute.bench.pool import ConnectionPool
-from kvroute.bench.record import ErrorKind, Outcome, RequestRecord
-from kvroute.bench.stream_sink import StreamSink
+from kvroute.bench.results.record import ErrorKind, Outcome, RequestRecord
+from kvroute.bench.client.stream_sink import StreamSink
 
 SSE = {b"content-type": b"text/event-stream"}
 
