@@ -69,7 +69,6 @@ from typing import Any
 
 import httpx
 
-from kvroute.bench.workloads.export import analyze_workload
 from kvroute.bench.results.metrics import ttft_s
 from kvroute.bench.results.record import Outcome
 from kvroute.bench.run_options import BenchEndpoint, RunOptions
@@ -77,6 +76,7 @@ from kvroute.bench.runner import run_bench, workload_info
 from kvroute.bench.schedule import ClosedLoop
 from kvroute.bench.scrape import CacheMode
 from kvroute.bench.workloads.base import BenchRequest
+from kvroute.bench.workloads.export import analyze_workload
 from kvroute.bench.workloads.registry import generate
 from kvroute.engines.http import counter_value, get_metrics
 from kvroute.engines.launch import DEFAULT_MODEL_NAME, LaunchOptions

@@ -45,7 +45,6 @@ from typing import Any
 import httpx
 import numpy as np
 
-from kvroute.bench.workloads.export import trace_requests
 from kvroute.bench.results.metrics import e2e_s, stat, tpot_s, ttft_s
 from kvroute.bench.results.result import WorkloadInfo
 from kvroute.bench.run_options import BenchEndpoint, RunOptions
@@ -53,6 +52,7 @@ from kvroute.bench.runner import run_bench
 from kvroute.bench.schedule import Arrival, ClosedLoop, OpenLoop
 from kvroute.bench.scrape import CacheMode
 from kvroute.bench.workloads.base import BenchRequest
+from kvroute.bench.workloads.export import trace_requests
 from kvroute.bench.workloads.registry import generate
 from kvroute.cache.base import Admission, AdmitStatus, PrefixCache
 from kvroute.cache.capacity import resolve_gpu, resolve_model

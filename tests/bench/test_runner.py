@@ -155,7 +155,10 @@ def test_unreachable_endpoint_reports_connect_errors_and_other_endpoints_still_r
         result = run_bench(
             requests,
             workload_info("t", {}, 0, "none", requests),
-            [BenchEndpoint("dead", "http://127.0.0.1:9"), BenchEndpoint("fake", up.url, model="ok")],
+            [
+                BenchEndpoint("dead", "http://127.0.0.1:9"),
+                BenchEndpoint("fake", up.url, model="ok"),
+            ],
             options,
         )
     dead, live = result.runs

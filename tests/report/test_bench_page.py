@@ -13,7 +13,14 @@ from rich.console import Console
 from kvroute.bench.results.compare import compare
 from kvroute.bench.results.metrics import Slo, stat, summarize
 from kvroute.bench.results.record import RequestRecord
-from kvroute.bench.results.result import SCHEMA, BenchResult, EndpointInfo, LoadInfo, Run, WorkloadInfo
+from kvroute.bench.results.result import (
+    SCHEMA,
+    BenchResult,
+    EndpointInfo,
+    LoadInfo,
+    Run,
+    WorkloadInfo,
+)
 from kvroute.report.bench_console import render_result
 from kvroute.report.bench_page import bench_page, compare_page
 from kvroute.report.html import render_page

@@ -21,7 +21,9 @@ from kvroute.errors import EngineError
 PROBE_TIMEOUT_S = 5.0
 
 
-async def _probe(client: httpx.AsyncClient, endpoint: BenchEndpoint, timeout_s: float) -> str | None:
+async def _probe(
+    client: httpx.AsyncClient, endpoint: BenchEndpoint, timeout_s: float
+) -> str | None:
     """None when ``endpoint`` answers; otherwise why it does not."""
     headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
     try:
@@ -38,7 +40,9 @@ async def _probe_all(endpoints: Sequence[BenchEndpoint], timeout_s: float) -> li
         return list(await asyncio.gather(*(_probe(client, e, timeout_s) for e in endpoints)))
 
 
-def check_endpoints(endpoints: Sequence[BenchEndpoint], *, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+def check_endpoints(
+    endpoints: Sequence[BenchEndpoint], *, timeout_s: float = PROBE_TIMEOUT_S
+) -> None:
     """Raise :class:`EngineError` naming the first endpoint that does not answer (a
     ``UsageError`` listing the valid names first, for an unknown ``engine=``)."""
     for endpoint in endpoints:

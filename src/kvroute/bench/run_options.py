@@ -69,7 +69,9 @@ class BenchEndpoint:
         )
 
 
-def with_recorded_compute(endpoint: BenchEndpoint, records: Sequence[EngineRecord]) -> BenchEndpoint:
+def with_recorded_compute(
+    endpoint: BenchEndpoint, records: Sequence[EngineRecord]
+) -> BenchEndpoint:
     """``endpoint`` with the threads and CPUs ``kvroute engines up`` recorded for the
     engine at its URL (``threads=`` given on the command line wins); unchanged when no
     record matches."""

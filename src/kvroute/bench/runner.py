@@ -32,11 +32,19 @@ import orjson
 
 from kvroute import __version__
 from kvroute.bench import scrape
-from kvroute.bench.client.send import Prepared, Timeouts
 from kvroute.bench.client.execute import Interrupted, Job, ShardPlan, quiet_gc
+from kvroute.bench.client.send import Prepared, Timeouts
+from kvroute.bench.client.shards import chain_roots, run_sharded, split
 from kvroute.bench.results.metrics import stat, summarize
 from kvroute.bench.results.record import RequestRecord
-from kvroute.bench.results.result import SCHEMA, BenchResult, EndpointInfo, LoadInfo, Run, WorkloadInfo
+from kvroute.bench.results.result import (
+    SCHEMA,
+    BenchResult,
+    EndpointInfo,
+    LoadInfo,
+    Run,
+    WorkloadInfo,
+)
 from kvroute.bench.run_options import BenchEndpoint, RunOptions, SideBySide
 from kvroute.bench.schedule import (
     ClosedLoop,
@@ -46,7 +54,6 @@ from kvroute.bench.schedule import (
     Slot,
     build_schedule,
 )
-from kvroute.bench.client.shards import chain_roots, run_sharded, split
 from kvroute.bench.validate import check_record
 from kvroute.bench.workloads.base import Api, BenchRequest, StructuredKind
 from kvroute.errors import UsageError

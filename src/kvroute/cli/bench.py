@@ -247,9 +247,8 @@ def bench_group(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from kvroute.bench.workloads.export import analyze_workload
-    from kvroute.bench.results.metrics import Slo
     from kvroute.bench.preflight import check_endpoints
+    from kvroute.bench.results.metrics import Slo
     from kvroute.bench.results.result import result_bytes
     from kvroute.bench.run_options import (
         BenchEndpoint,
@@ -259,6 +258,7 @@ def bench_group(
     )
     from kvroute.bench.runner import BenchInterrupted, run_bench, workload_info
     from kvroute.bench.scrape import CacheMode
+    from kvroute.bench.workloads.export import analyze_workload
     from kvroute.bench.workloads.registry import generate
     from kvroute.engines.state import StateDir, default_state_dir
     from kvroute.report.bench_console import render_result

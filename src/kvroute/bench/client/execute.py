@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from kvroute.bench.client.send import InFlight, Prepared, Timeouts, begin, send
 from kvroute.bench.client.dispatch import Dispatcher
+from kvroute.bench.client.send import InFlight, Prepared, Timeouts, begin, send
 from kvroute.bench.results.record import ErrorKind, Outcome, RequestRecord
 from kvroute.bench.schedule import Slot
 from kvroute.http.client import PooledTransport

@@ -113,7 +113,9 @@ class StreamSink:
         self.done.set_result(None)
 
     def on_failure(self, failure: UpstreamFailure, t: float) -> None:
-        kind = ErrorKind.MALFORMED_HTTP if failure.kind is FailureKind.MALFORMED else ErrorKind.RESET
+        kind = (
+            ErrorKind.MALFORMED_HTTP if failure.kind is FailureKind.MALFORMED else ErrorKind.RESET
+        )
         self._finish_error(kind, failure.detail, t)
 
     # Outside events -------------------------------------------------------------

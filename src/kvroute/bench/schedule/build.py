@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvroute.bench.schedule.loads import Arrival, CancelSpec, ClosedLoop, Load, OpenLoop, TraceTimes
+from kvroute.bench.schedule.loads import Arrival, CancelSpec, Load, OpenLoop, TraceTimes
 from kvroute.bench.workloads.base import BenchRequest
 from kvroute.errors import UsageError
 

@@ -85,7 +85,6 @@ class CancelSpec:
             raise UsageError("cancel after: need 1 ≤ min ≤ max chunks")
 
 
-
 def parse_sweep(spec: str) -> list[float]:
     """``"1,2,4"`` or a geometric range ``"1:16:x2"`` / arithmetic ``"10:50:+10"``."""
     spec = spec.strip()

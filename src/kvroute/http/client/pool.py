@@ -106,14 +106,18 @@ class PooledTransport:
     ) -> PooledConnection:
         """Like :meth:`start_idle`, waiting for a free connection under the bound or
         opening one. Raises :class:`UpstreamFailure` ``CONNECT`` when connecting fails."""
-        conn = self._take_idle()
+        while (conn := self._take_idle()) is None and self._at_bound():
+            await self._place_freed()
         if conn is None:
             conn = await self._connect(connect_timeout_s)
         conn.send(data, receiver)
         return conn
 
     async def prewarm(self, num: int, *, connect_timeout_s: float) -> int:
-        """Open up to ``num`` idle connections ahead of use; how many opened."""
+        """Open up to ``num`` idle connections ahead of use (never past the bound); how
+        many opened."""
+        if self._max_busy is not None:
+            num = min(num, self._max_busy - self._num_busy)
         opened = []
         for _ in range(num):
             try:
@@ -141,10 +145,8 @@ class PooledTransport:
 
     async def _connect(self, timeout_s: float) -> PooledConnection:
         """A new connection, counted busy; waits first while the bound is reached."""
-        while self._max_busy is not None and self._num_busy >= self._max_busy:
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            await waiter
+        while self._at_bound():
+            await self._place_freed()
         self._num_busy += 1
         try:
             conn = await self._open(timeout_s)
@@ -152,6 +154,15 @@ class PooledTransport:
             self._free_one()
             raise
         return conn
+
+    def _at_bound(self) -> bool:
+        return self._max_busy is not None and self._num_busy >= self._max_busy
+
+    async def _place_freed(self) -> None:
+        """Wait until a connection in use comes free (idle again, or closed)."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        await waiter
 
     async def _open(self, timeout_s: float) -> PooledConnection:
         loop = asyncio.get_running_loop()
