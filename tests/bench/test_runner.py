@@ -20,7 +20,6 @@ from kvroute.bench.runner import request_body, run_bench, workload_info
 from kvroute.bench.schedule import Arrival, CancelSpec, ClosedLoop, OpenLoop
 from kvroute.bench.scrape import CacheMode
 from kvroute.bench.workloads.base import Api, BenchRequest, StructuredKind
-from kvroute.errors import UsageError
 
 SCHEMA = {
     "type": "object",
@@ -284,15 +283,6 @@ def test_salted_bodies_and_compare_of_two_results() -> None:
     )
     same = compare(a, a)[0]  # type: ignore[arg-type]
     assert all(d.within_noise in (True, None) for d in same.diffs)
-
-
-def test_endpoint_parsing() -> None:
-    assert BenchEndpoint.parse("v=http://127.0.0.1:8000/v1,engine=vllm,model=m") == BenchEndpoint(
-        "v", "http://127.0.0.1:8000/v1", "vllm", "m"
-    )
-    for bad in ("http://x", "a=ftp://x", "a=http://x:1,colour=red"):
-        with pytest.raises(UsageError):
-            BenchEndpoint.parse(bad)
 
 
 def test_a_run_gives_the_callers_sigint_handler_back() -> None:

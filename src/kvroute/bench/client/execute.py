@@ -112,25 +112,13 @@ class _EndpointRun:
         self.ended: dict[int, asyncio.Future[None]] = {i: loop.create_future() for i in waited_on}
 
     async def send(self, index: int, scheduled_s: float) -> RequestRecord:
-        plan = self.plan
         rec = RequestRecord(index=index, scheduled_s=scheduled_s)
         self.records[index] = rec
-        if plan.t0 + scheduled_s >= plan.deadline:
+        if self.plan.t0 + scheduled_s >= self.plan.deadline:
             rec.outcome = Outcome.NOT_SENT
-        else:
-            await send(
-                self.pool,
-                self.job.prepared[index],
-                rec,
-                clock=clock,
-                t0=plan.t0,
-                timeouts=plan.timeouts,
-            )
-        self.finished.add(index)
-        fut = self.ended.get(index)
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-        return rec
+            self._ended(index)
+            return rec
+        return await self._complete(rec, None)
 
     def dispatch(self, index: int, scheduled_s: float) -> asyncio.Task[object]:
         """Start ``index`` now: written in this loop step when a connection is idle."""
@@ -158,11 +146,14 @@ class _EndpointRun:
             timeouts=plan.timeouts,
             started=started,
         )
-        self.finished.add(rec.index)
-        fut = self.ended.get(rec.index)
+        self._ended(rec.index)
+        return rec
+
+    def _ended(self, index: int) -> None:
+        self.finished.add(index)
+        fut = self.ended.get(index)
         if fut is not None and not fut.done():
             fut.set_result(None)
-        return rec
 
     def cut_off(self) -> None:
         """After Ctrl-C: requests on the wire are cut off, requests never written are

@@ -153,34 +153,18 @@ def _arm(
             return
         sink.expire(kind, detail, clock())
 
+    limits: list[tuple[float, ErrorKind, str, bool]] = []
     if timeouts.first_token_s is not None:
-        timers.append(
-            loop.call_at(
-                sent + timeouts.first_token_s + skew,
-                fire,
-                ErrorKind.TIMEOUT_FIRST_TOKEN,
-                f"no token within {timeouts.first_token_s:g} s",
-                True,
-            )
+        no_token = f"no token within {timeouts.first_token_s:g} s"
+        limits.append(
+            (sent + timeouts.first_token_s, ErrorKind.TIMEOUT_FIRST_TOKEN, no_token, True)
         )
     if timeouts.total_s is not None:
-        timers.append(
-            loop.call_at(
-                sent + timeouts.total_s + skew,
-                fire,
-                ErrorKind.TIMEOUT_TOTAL,
-                f"not finished within {timeouts.total_s:g} s",
-                False,
-            )
-        )
+        not_done = f"not finished within {timeouts.total_s:g} s"
+        limits.append((sent + timeouts.total_s, ErrorKind.TIMEOUT_TOTAL, not_done, False))
     if timeouts.deadline is not None:
-        timers.append(
-            loop.call_at(
-                timeouts.deadline + skew,
-                fire,
-                ErrorKind.RUN_DEADLINE,
-                "cut off by the run's time bound",
-                False,
-            )
-        )
+        cut = "cut off by the run's time bound"
+        limits.append((timeouts.deadline, ErrorKind.RUN_DEADLINE, cut, False))
+    for at, kind, detail, only_before_token in limits:
+        timers.append(loop.call_at(at + skew, fire, kind, detail, only_before_token))
     return timers
