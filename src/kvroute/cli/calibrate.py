@@ -17,7 +17,7 @@ from kvroute.cache.registry import EngineSettings
 from kvroute.cache.vllm import VllmConfig
 from kvroute.cli.console import make_console
 from kvroute.cli.files import emit
-from kvroute.cli.predict_live import serve_fixed
+from kvroute.cli.predict.live import serve_fixed
 from kvroute.errors import EngineError
 from kvroute.predict.calibration import Calibration
 from kvroute.predict.engine import ENGINES, EngineFlags
