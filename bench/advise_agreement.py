@@ -35,7 +35,7 @@ from kvroute.advise.hit_evidence import HitEvidence  # noqa: E402
 from kvroute.advise.options import AdviseOptions, Ops, Team  # noqa: E402
 from kvroute.advise.run import TraceSourceInfo, advise  # noqa: E402
 from kvroute.advise.workload import classify_trace  # noqa: E402
-from kvroute.bench.export import trace_requests  # noqa: E402
+from kvroute.bench.workloads.export import trace_requests  # noqa: E402
 from kvroute.bench.workloads.registry import generate  # noqa: E402
 from kvroute.cache.capacity import resolve_model  # noqa: E402
 from kvroute.cache.llamacpp import LlamaCppConfig  # noqa: E402

@@ -58,8 +58,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from kvroute.bench.metrics import Slo, meets  # noqa: E402
-from kvroute.bench.result import load_result  # noqa: E402
+from kvroute.bench.results.metrics import Slo, meets  # noqa: E402
+from kvroute.bench.results.result import load_result  # noqa: E402
 from kvroute.engines.launch import LaunchOptions  # noqa: E402
 from kvroute.engines.local import LocalEngines  # noqa: E402
 from kvroute.engines.process import Lifetime  # noqa: E402
@@ -230,7 +230,7 @@ def measured_engines(workload: str) -> list[str]:
 
 def medians(workload: str, engine: str, requests: list[int]) -> dict[str, float | None]:
     """Measured TTFT and TPOT p50 (seconds) of ``requests`` on ``engine``."""
-    from kvroute.bench.metrics import tpot_s, ttft_s
+    from kvroute.bench.results.metrics import tpot_s, ttft_s
     from kvroute.stats import describe
 
     (only,) = load_result(WORK / f"bench-{workload}-{engine}.json").runs

@@ -190,7 +190,7 @@ def run_vllm(
 def run_kvroute(
     url: str, model: str, prompts: list[str], args: argparse.Namespace
 ) -> dict[str, Any]:
-    from kvroute.bench.run_options import Endpoint, RunOptions
+    from kvroute.bench.run_options import BenchEndpoint, RunOptions
     from kvroute.bench.runner import run_bench, workload_info
     from kvroute.bench.schedule import Arrival, ClosedLoop, OpenLoop
     from kvroute.bench.scrape import CacheMode
@@ -213,7 +213,7 @@ def run_kvroute(
     result = run_bench(
         reqs,
         workload_info("agreement", {}, 0, "n/a", reqs),
-        [Endpoint("server", url, engine=engine, model=model)],
+        [BenchEndpoint("server", url, engine=engine, model=model)],
         options,
     )
     run = result.runs[0]

@@ -135,7 +135,7 @@ def _requests(n: int) -> list[Any]:
 def _open_loop(
     url: str, rate: float, seconds: float, workers: int, *, spare: int = 2, spin_s: float = 0.0
 ) -> dict[str, Any]:
-    from kvroute.bench.run_options import Endpoint, RunOptions
+    from kvroute.bench.run_options import BenchEndpoint, RunOptions
     from kvroute.bench.runner import run_bench, workload_info
     from kvroute.bench.schedule import Arrival, OpenLoop
     from kvroute.bench.scrape import CacheMode
@@ -154,7 +154,7 @@ def _open_loop(
     result = run_bench(
         reqs,
         workload_info("stub", {}, 0, "none", reqs),
-        [Endpoint("stub", url, model="m")],
+        [BenchEndpoint("stub", url, model="m")],
         options,
     )
     s = result.runs[0].summary
@@ -213,7 +213,7 @@ def _ms(v: float | None) -> float | None:
 
 
 def _closed_kvroute(url: str, n: int, users: int) -> dict[str, Any]:
-    from kvroute.bench.run_options import Endpoint, RunOptions
+    from kvroute.bench.run_options import BenchEndpoint, RunOptions
     from kvroute.bench.runner import run_bench, workload_info
     from kvroute.bench.schedule import ClosedLoop
     from kvroute.bench.scrape import CacheMode
@@ -224,7 +224,7 @@ def _closed_kvroute(url: str, n: int, users: int) -> dict[str, Any]:
     result = run_bench(
         reqs,
         workload_info("stub", {}, 0, "none", reqs),
-        [Endpoint("stub", url, model="m")],
+        [BenchEndpoint("stub", url, model="m")],
         options,
     )
     cpu, wall = _cpu() - cpu0, time.perf_counter() - t0

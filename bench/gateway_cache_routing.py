@@ -69,14 +69,14 @@ from typing import Any
 
 import httpx
 
-from kvroute.bench.export import analyze_workload
-from kvroute.bench.metrics import ttft_s
-from kvroute.bench.record import Outcome
-from kvroute.bench.run_options import Endpoint, RunOptions
+from kvroute.bench.results.metrics import ttft_s
+from kvroute.bench.results.record import Outcome
+from kvroute.bench.run_options import BenchEndpoint, RunOptions
 from kvroute.bench.runner import run_bench, workload_info
 from kvroute.bench.schedule import ClosedLoop
 from kvroute.bench.scrape import CacheMode
 from kvroute.bench.workloads.base import BenchRequest
+from kvroute.bench.workloads.export import analyze_workload
 from kvroute.bench.workloads.registry import generate
 from kvroute.engines.http import counter_value, get_metrics
 from kvroute.engines.launch import DEFAULT_MODEL_NAME, LaunchOptions
@@ -285,7 +285,7 @@ def run_front(
         )
         t0 = time.perf_counter()
         result = run_bench(
-            requests, info, [Endpoint(front, url, None, DEFAULT_MODEL_NAME)], options
+            requests, info, [BenchEndpoint(front, url, None, DEFAULT_MODEL_NAME)], options
         )
         wall_s = time.perf_counter() - t0
         after = asyncio.run(read_replicas(records))

@@ -45,14 +45,14 @@ from typing import Any
 import httpx
 import numpy as np
 
-from kvroute.bench.export import trace_requests
-from kvroute.bench.metrics import e2e_s, stat, tpot_s, ttft_s
-from kvroute.bench.result import WorkloadInfo
-from kvroute.bench.run_options import Endpoint, RunOptions
+from kvroute.bench.results.metrics import e2e_s, stat, tpot_s, ttft_s
+from kvroute.bench.results.result import WorkloadInfo
+from kvroute.bench.run_options import BenchEndpoint, RunOptions
 from kvroute.bench.runner import run_bench
 from kvroute.bench.schedule import Arrival, ClosedLoop, OpenLoop
 from kvroute.bench.scrape import CacheMode
 from kvroute.bench.workloads.base import BenchRequest
+from kvroute.bench.workloads.export import trace_requests
 from kvroute.bench.workloads.registry import generate
 from kvroute.cache.base import Admission, AdmitStatus, PrefixCache
 from kvroute.cache.capacity import resolve_gpu, resolve_model
@@ -258,7 +258,7 @@ def measured(url: str, engine: str, reqs: list[BenchRequest], load: Any) -> dict
         repeats=2,
         max_duration_s=150.0,
     )
-    result = run_bench(reqs, info, [Endpoint(engine, url, engine, None)], options)
+    result = run_bench(reqs, info, [BenchEndpoint(engine, url, engine, None)], options)
     per_repeat = []
     for run in result.runs:
         recs = run.requests

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvroute.bench.export import analyze_workload
+from kvroute.bench.workloads.export import analyze_workload
 from kvroute.bench.workloads.registry import generate
 from kvroute.errors import UsageError
 from kvroute.trace.tokenizer import load_tokenizer

@@ -31,6 +31,8 @@ MODES = (
     "json",
     "slow",
     "plain",
+    "late_token",
+    "once",
 )
 
 
@@ -117,6 +119,7 @@ class FakeUpstream:
             self.loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        num_on_connection = 0
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -127,6 +130,10 @@ class FakeUpstream:
                 body = json.loads(await reader.readexactly(length)) if length else {}
                 self.num_requests += head.startswith(b"POST ")
                 mode = str(body.get("fault") or body.get("model") or "ok")
+                num_on_connection += 1
+                if mode == "once" and num_on_connection > 1:
+                    writer.transport.abort()  # a kept-alive connection dropped under a request
+                    return
                 if not await self._answer(mode, body, writer):
                     return
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
@@ -137,7 +144,7 @@ class FakeUpstream:
     async def _answer(self, mode: str, body: dict[str, Any], w: asyncio.StreamWriter) -> bool:
         """Write one response; False when the connection must end."""
         tokens = [f" tok{i}" for i in range(int(body.get("max_tokens", 5)))]
-        if mode in ("ok", "plain"):
+        if mode in ("ok", "plain", "once"):
             w.write(_HEAD + b"".join(chunked(e) for e in sse_events(tokens)) + b"0\r\n\r\n")
         elif mode == "split":
             # CRLF line ends, comment pings, and chunk boundaries every 7 bytes.
@@ -186,6 +193,13 @@ class FakeUpstream:
         elif mode == "json":
             parts = ['{"name": ', '"Ada", ', '"age": 36}']
             w.write(_HEAD + b"".join(chunked(e) for e in sse_events(parts)) + b"0\r\n\r\n")
+        elif mode == "late_token":
+            # The head and the role chunk at once; the first token 0.3 s later.
+            events = sse_events(tokens)
+            w.write(_HEAD + chunked(events[0]))
+            await w.drain()
+            await asyncio.sleep(0.3)
+            w.write(b"".join(chunked(e) for e in events[1:]) + b"0\r\n\r\n")
         elif mode == "slow":
             w.write(_HEAD)
             for event in sse_events(tokens):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvroute.bench.record import Outcome
-from kvroute.bench.result import BenchResult
-from kvroute.bench.run_options import Endpoint, RunOptions
+from kvroute.bench.results.record import Outcome
+from kvroute.bench.results.result import BenchResult
+from kvroute.bench.run_options import BenchEndpoint, RunOptions
 from kvroute.bench.runner import run_bench, workload_info
 from kvroute.bench.schedule import ClosedLoop
 from kvroute.bench.scrape import CacheMode
@@ -27,7 +27,7 @@ def bench(server: EngineRecord, workload: str, params: dict[str, str]) -> BenchR
         timeout_s=180,
     )
     info = workload_info(workload, params, 5, tok.name, requests)
-    return run_bench(requests, info, [Endpoint("llama", server.base_url)], options)
+    return run_bench(requests, info, [BenchEndpoint("llama", server.base_url)], options)
 
 
 @pytest.mark.engine

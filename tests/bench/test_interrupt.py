@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kvroute.bench.record import ErrorKind, Outcome
-from kvroute.bench.result import BenchResult, Run, load_result
-from kvroute.bench.run_options import Endpoint, RunOptions
+from kvroute.bench.results.record import ErrorKind, Outcome
+from kvroute.bench.results.result import BenchResult, Run, load_result
+from kvroute.bench.run_options import BenchEndpoint, RunOptions
 from kvroute.bench.runner import BenchInterrupted, run_bench, workload_info
 from kvroute.bench.schedule import ClosedLoop
 from kvroute.bench.scrape import CacheMode
@@ -158,7 +158,7 @@ def test_ctrl_c_to_the_parent_alone_stops_forked_shards(llamacpp_server: EngineR
         run_bench(
             requests,
             workload_info("qa", PARAMS, 3, tok.name, requests),
-            [Endpoint("llama", llamacpp_server.base_url)],
+            [BenchEndpoint("llama", llamacpp_server.base_url)],
             options,
             progress=progress,
         )

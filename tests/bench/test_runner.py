@@ -12,15 +12,14 @@ import orjson
 import pytest
 
 from bench.fake_upstream import fake_upstream
-from kvroute.bench.compare import compare
-from kvroute.bench.record import ErrorKind, Outcome
-from kvroute.bench.result import load_result, write_result
-from kvroute.bench.run_options import Endpoint, RunOptions, SideBySide
+from kvroute.bench.results.compare import compare
+from kvroute.bench.results.record import ErrorKind, Outcome
+from kvroute.bench.results.result import load_result, write_result
+from kvroute.bench.run_options import BenchEndpoint, RunOptions, SideBySide
 from kvroute.bench.runner import request_body, run_bench, workload_info
 from kvroute.bench.schedule import Arrival, CancelSpec, ClosedLoop, OpenLoop
 from kvroute.bench.scrape import CacheMode
 from kvroute.bench.workloads.base import Api, BenchRequest, StructuredKind
-from kvroute.errors import UsageError
 
 SCHEMA = {
     "type": "object",
@@ -66,7 +65,7 @@ def run(url: str, requests: list[BenchRequest], **opts: object) -> object:
         }
     )  # type: ignore[arg-type]
     info = workload_info("test", {}, 0, "none", requests)
-    return run_bench(requests, info, [Endpoint("fake", url, model="ok")], options)
+    return run_bench(requests, info, [BenchEndpoint("fake", url, model="ok")], options)
 
 
 FAULTS = [
@@ -155,7 +154,10 @@ def test_unreachable_endpoint_reports_connect_errors_and_other_endpoints_still_r
         result = run_bench(
             requests,
             workload_info("t", {}, 0, "none", requests),
-            [Endpoint("dead", "http://127.0.0.1:9"), Endpoint("fake", up.url, model="ok")],
+            [
+                BenchEndpoint("dead", "http://127.0.0.1:9"),
+                BenchEndpoint("fake", up.url, model="ok"),
+            ],
             options,
         )
     dead, live = result.runs
@@ -238,7 +240,7 @@ def test_sharded_workers_and_concurrent_side_by_side() -> None:
         result = run_bench(
             requests,
             workload_info("t", {}, 0, "none", requests),
-            [Endpoint("a", up.url, model="ok"), Endpoint("b", up.url, model="split")],
+            [BenchEndpoint("a", up.url, model="ok"), BenchEndpoint("b", up.url, model="split")],
             options,
         )
         assert up.num_requests == 60
@@ -283,15 +285,6 @@ def test_salted_bodies_and_compare_of_two_results() -> None:
     assert all(d.within_noise in (True, None) for d in same.diffs)
 
 
-def test_endpoint_parsing() -> None:
-    assert Endpoint.parse("v=http://127.0.0.1:8000/v1,engine=vllm,model=m") == Endpoint(
-        "v", "http://127.0.0.1:8000/v1", "vllm", "m"
-    )
-    for bad in ("http://x", "a=ftp://x", "a=http://x:1,colour=red"):
-        with pytest.raises(UsageError):
-            Endpoint.parse(bad)
-
-
 def test_a_run_gives_the_callers_sigint_handler_back() -> None:
     # The runner catches Ctrl-C itself while requests are on the wire; afterwards the
     # caller's own handler must be in place again (not Python's default).
@@ -305,7 +298,7 @@ def test_a_run_gives_the_callers_sigint_handler_back() -> None:
             result = run_bench(
                 requests,
                 workload_info("t", {}, 0, "none", requests),
-                [Endpoint("dead", "http://127.0.0.1:9")],
+                [BenchEndpoint("dead", "http://127.0.0.1:9")],
                 RunOptions(loads=(ClosedLoop(2),), cache=CacheMode.WARM, workers=workers),
             )
             assert result.runs[0].summary.errors == {"connect": 2} and not result.interrupted

@@ -11,9 +11,9 @@ import numpy as np
 import orjson
 import pytest
 
-from kvroute.bench.export import analyze_workload, log_records
 from kvroute.bench.validate import check_answer
 from kvroute.bench.workloads.base import PROMPT_TOKENS_TOLERANCE, Api, StructuredKind
+from kvroute.bench.workloads.export import analyze_workload, log_records
 from kvroute.bench.workloads.mix import parse_weights
 from kvroute.bench.workloads.registry import (
     generate,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import httpx
 
-from kvroute.bench.run_options import Endpoint
+from kvroute.bench.run_options import BenchEndpoint
 from kvroute.bench.scrape import root_url
 from kvroute.engines.registry import adapter_registry
 from kvroute.errors import EngineError
@@ -21,7 +21,9 @@ from kvroute.errors import EngineError
 PROBE_TIMEOUT_S = 5.0
 
 
-async def _probe(client: httpx.AsyncClient, endpoint: Endpoint, timeout_s: float) -> str | None:
+async def _probe(
+    client: httpx.AsyncClient, endpoint: BenchEndpoint, timeout_s: float
+) -> str | None:
     """None when ``endpoint`` answers; otherwise why it does not."""
     headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
     try:
@@ -33,12 +35,14 @@ async def _probe(client: httpx.AsyncClient, endpoint: Endpoint, timeout_s: float
     return None
 
 
-async def _probe_all(endpoints: Sequence[Endpoint], timeout_s: float) -> list[str | None]:
+async def _probe_all(endpoints: Sequence[BenchEndpoint], timeout_s: float) -> list[str | None]:
     async with httpx.AsyncClient() as client:
         return list(await asyncio.gather(*(_probe(client, e, timeout_s) for e in endpoints)))
 
 
-def check_endpoints(endpoints: Sequence[Endpoint], *, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+def check_endpoints(
+    endpoints: Sequence[BenchEndpoint], *, timeout_s: float = PROBE_TIMEOUT_S
+) -> None:
     """Raise :class:`EngineError` naming the first endpoint that does not answer (a
     ``UsageError`` listing the valid names first, for an unknown ``engine=``)."""
     for endpoint in endpoints:

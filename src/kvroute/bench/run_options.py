@@ -10,15 +10,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvroute.bench import scrape
-from kvroute.bench.http1 import Target
-from kvroute.bench.metrics import Slo
+from kvroute.bench.results.metrics import Slo
 from kvroute.bench.schedule import CancelSpec, Load
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import UsageError
+from kvroute.http.client import Origin
 
 
 @dataclass(frozen=True, slots=True)
-class Endpoint:
+class BenchEndpoint:
+    """An endpoint under test, as ``--endpoint`` gives it: a name for the results, the
+    OpenAI-compatible base URL, and what is known of the server behind it."""
+
     name: str
     url: str
     engine: str | None = None
@@ -31,7 +34,7 @@ class Endpoint:
     """The CPUs it was given, when ``engines up`` started it; empty: unknown."""
 
     @classmethod
-    def parse(cls, spec: str) -> Endpoint:
+    def parse(cls, spec: str) -> BenchEndpoint:
         """``name=URL[,engine=E][,model=M][,key=K][,threads=N]``."""
         head, *rest = spec.split(",")
         name, sep, url = head.partition("=")
@@ -50,7 +53,7 @@ class Endpoint:
                     hint="options: engine=, model=, key=, threads=",
                 )
             extra[key.strip()] = value.strip()
-        Target.parse(url.strip())
+        Origin.parse(scrape.root_url(url.strip()))
         threads = extra.get("threads")
         if threads is not None and not (threads.isdigit() and int(threads) >= 1):
             raise UsageError(
@@ -66,7 +69,9 @@ class Endpoint:
         )
 
 
-def with_recorded_compute(endpoint: Endpoint, records: Sequence[EngineRecord]) -> Endpoint:
+def with_recorded_compute(
+    endpoint: BenchEndpoint, records: Sequence[EngineRecord]
+) -> BenchEndpoint:
     """``endpoint`` with the threads and CPUs ``kvroute engines up`` recorded for the
     engine at its URL (``threads=`` given on the command line wins); unchanged when no
     record matches."""

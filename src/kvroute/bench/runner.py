@@ -12,8 +12,8 @@ Side by side means one of:
 For each run: prepare the endpoints (engine, model, cache state, counters before),
 build each request's bytes (``model``, ``max_tokens``, ``stream`` with
 ``stream_options.include_usage``, optional ``ignore_eos`` and salt), send the
-schedule (:mod:`.execute`), read the engine's figures back (:mod:`.scrape`), check
-structured answers (:mod:`.validate`) and summarise (:mod:`.metrics`). Synchronous at
+schedule (:mod:`.client.execute`), read the engine's figures back (:mod:`.scrape`), check
+structured answers (:mod:`.validate`) and summarise (:mod:`.results.metrics`). Synchronous at
 the top: each network phase runs its own event loop, so shards can be forked with no
 loop running.
 """
@@ -32,13 +32,20 @@ import orjson
 
 from kvroute import __version__
 from kvroute.bench import scrape
-from kvroute.bench.client import Prepared, Timeouts
-from kvroute.bench.execute import Interrupted, Job, ShardPlan, quiet_gc
-from kvroute.bench.http1 import Target, request_bytes
-from kvroute.bench.metrics import stat, summarize
-from kvroute.bench.record import RequestRecord
-from kvroute.bench.result import SCHEMA, BenchResult, EndpointInfo, LoadInfo, Run, WorkloadInfo
-from kvroute.bench.run_options import Endpoint, RunOptions, SideBySide
+from kvroute.bench.client.execute import Interrupted, Job, ShardPlan, quiet_gc
+from kvroute.bench.client.send import Prepared, Timeouts
+from kvroute.bench.client.shards import chain_roots, run_sharded, split
+from kvroute.bench.results.metrics import stat, summarize
+from kvroute.bench.results.record import RequestRecord
+from kvroute.bench.results.result import (
+    SCHEMA,
+    BenchResult,
+    EndpointInfo,
+    LoadInfo,
+    Run,
+    WorkloadInfo,
+)
+from kvroute.bench.run_options import BenchEndpoint, RunOptions, SideBySide
 from kvroute.bench.schedule import (
     ClosedLoop,
     Load,
@@ -47,10 +54,10 @@ from kvroute.bench.schedule import (
     Slot,
     build_schedule,
 )
-from kvroute.bench.shards import chain_roots, run_sharded, split
 from kvroute.bench.validate import check_record
 from kvroute.bench.workloads.base import Api, BenchRequest, StructuredKind
 from kvroute.errors import UsageError
+from kvroute.http.client import Origin, UpstreamRequest
 
 Progress = Callable[[str], None]
 
@@ -125,6 +132,12 @@ def request_body(
     return orjson.dumps(body)
 
 
+def request_headers(api_key: str | None) -> tuple[tuple[str, str], ...]:
+    """The headers every request is sent with (a JSON body; an SSE answer welcome)."""
+    headers = (("content-type", "application/json"), ("accept", "text/event-stream"))
+    return headers + ((("authorization", f"Bearer {api_key}"),) if api_key else ())
+
+
 def _salted(body: dict[str, Any], salt: str) -> dict[str, Any]:
     """``salt`` in front of the prompt's first text (token-id prompts stay as they are)."""
     if "messages" in body:
@@ -140,7 +153,7 @@ def _salted(body: dict[str, Any], salt: str) -> dict[str, Any]:
 def run_bench(
     requests: Sequence[BenchRequest],
     workload: WorkloadInfo,
-    endpoints: Sequence[Endpoint],
+    endpoints: Sequence[BenchEndpoint],
     options: RunOptions,
     *,
     progress: Progress | None = None,
@@ -174,7 +187,7 @@ def run_bench(
 
 def _run_steps(
     requests: Sequence[BenchRequest],
-    endpoints: Sequence[Endpoint],
+    endpoints: Sequence[BenchEndpoint],
     options: RunOptions,
     progress: Progress | None,
 ) -> tuple[list[Run], bool]:
@@ -214,7 +227,7 @@ def _run_steps(
 def _run_group(
     requests: Sequence[BenchRequest],
     schedule: Schedule,
-    endpoints: Sequence[Endpoint],
+    endpoints: Sequence[BenchEndpoint],
     options: RunOptions,
     step: int,
     repeat: int,
@@ -229,22 +242,25 @@ def _run_group(
             r.api is Api.COMPLETIONS and not isinstance(r.body.get("prompt"), str) for r in requests
         ):
             state.notes.append("token-id prompts cannot be salted: they are sent as they are")
-        target = Target.parse(endpoint.url)
+        base_url = scrape.root_url(endpoint.url)
+        origin, headers = Origin.parse(base_url), request_headers(endpoint.api_key)
         prepared = {
             s.request_index: Prepared(
                 index=s.request_index,
-                payload=request_bytes(
-                    target,
-                    requests[s.request_index].api.path,
-                    request_body(requests[s.request_index], state.model, options, salt),
-                    api_key=endpoint.api_key,
+                payload=origin.encode(
+                    UpstreamRequest(
+                        "POST",
+                        requests[s.request_index].api.path,
+                        headers,
+                        request_body(requests[s.request_index], state.model, options, salt),
+                    )
                 ),
                 keep_text=requests[s.request_index].structured is not StructuredKind.NONE,
                 cancel_after_chunks=s.cancel_after_chunks,
             )
             for s in schedule.slots
         }
-        jobs.append((target, prepared))
+        jobs.append((base_url, prepared))
     started_unix = time.time()
     try:
         per_endpoint, interrupted = _execute(requests, schedule, jobs, options), False
@@ -291,7 +307,7 @@ def _run_group(
 def _execute(
     requests: Sequence[BenchRequest],
     schedule: Schedule,
-    jobs: Sequence[tuple[Target, dict[int, Prepared]]],
+    jobs: Sequence[tuple[str, dict[int, Prepared]]],
     options: RunOptions,
 ) -> list[list[RequestRecord]]:
     depends = {r.index: r.depends_on for r in requests if r.depends_on is not None}
@@ -310,7 +326,7 @@ def _execute(
 
 
 def _send_shards(
-    jobs: Sequence[tuple[Target, dict[int, Prepared]]],
+    jobs: Sequence[tuple[str, dict[int, Prepared]]],
     shards: Sequence[tuple[Slot, ...]],
     depends: dict[int, int],
     thinks: dict[int, float],
@@ -354,7 +370,7 @@ def _send_shards(
 
 
 async def _prepare(
-    endpoints: Sequence[Endpoint], mode: scrape.CacheMode
+    endpoints: Sequence[BenchEndpoint], mode: scrape.CacheMode
 ) -> list[scrape.EndpointState]:
     async with httpx.AsyncClient() as client:
         return list(
@@ -368,7 +384,7 @@ async def _prepare(
 
 
 async def _finish(
-    endpoints: Sequence[Endpoint],
+    endpoints: Sequence[BenchEndpoint],
     states: Sequence[scrape.EndpointState],
     records: Sequence[Sequence[RequestRecord]],
 ) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from kvroute.bench.record import RequestRecord
+from kvroute.bench.results.record import RequestRecord
 from kvroute.engines.base import CacheCounters, CacheResetOutcome, EngineAdapter, UsageSource
 from kvroute.engines.http import openai_usage
 from kvroute.engines.registry import adapter_registry, make_adapter

@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import orjson
 
-from kvroute.bench.record import Outcome, RequestRecord
+from kvroute.bench.results.record import Outcome, RequestRecord
 from kvroute.bench.workloads.base import StructuredKind
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
-from kvroute.bench.result import result_bytes
+from kvroute.bench.results.result import result_bytes
 from kvroute.cli.main import build_cli
 from report.bench.results import result  # the hand-built results of tests/report/bench
 

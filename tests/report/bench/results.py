@@ -5,9 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from kvroute.bench.metrics import Slo, stat, summarize
-from kvroute.bench.record import RequestRecord
-from kvroute.bench.result import SCHEMA, BenchResult, EndpointInfo, LoadInfo, Run, WorkloadInfo
+from kvroute.bench.results.metrics import Slo, stat, summarize
+from kvroute.bench.results.record import RequestRecord
+from kvroute.bench.results.result import (
+    SCHEMA,
+    BenchResult,
+    EndpointInfo,
+    LoadInfo,
+    Run,
+    WorkloadInfo,
+)
 
 NOW = datetime(2026, 1, 2, tzinfo=UTC)
 

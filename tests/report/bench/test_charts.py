@@ -6,8 +6,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 
-from kvroute.bench import metrics
-from kvroute.bench.record import ErrorKind, Outcome
+from kvroute.bench.results import metrics
+from kvroute.bench.results.record import ErrorKind, Outcome
 from kvroute.report.bench.charts import cdf_chart, hit_split_blocks, sweep_blocks
 from kvroute.report.page.html import Chart, Paragraph, Table
 

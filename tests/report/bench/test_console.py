@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from kvroute.bench.result import BenchResult
+from kvroute.bench.results.result import BenchResult
 from kvroute.report.bench.console import render_result
 
 from .results import interrupted, result

@@ -9,9 +9,9 @@ from dataclasses import replace
 
 from rich.console import Console
 
-from kvroute.bench.compare import compare
-from kvroute.bench.metrics import stat
-from kvroute.bench.result import Run
+from kvroute.bench.results.compare import compare
+from kvroute.bench.results.metrics import stat
+from kvroute.bench.results.result import Run
 from kvroute.report.bench.console import render_result
 from kvroute.report.bench.page import bench_page, compare_page
 from kvroute.report.page.html import render_page

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvroute.bench.compare import Diff
+from kvroute.bench.results.compare import Diff
 from kvroute.report.bench.rows import (
     RUN_HEADERS,
     compute_text,

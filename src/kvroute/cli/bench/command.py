@@ -17,7 +17,7 @@ from kvroute.report.fmt import plural
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from kvroute.bench.result import BenchResult
+    from kvroute.bench.results.result import BenchResult
     from kvroute.bench.schedule import CancelSpec, Load
 
 DEFAULT_JSON = Path("bench.json")
@@ -247,18 +247,18 @@ def bench_group(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from kvroute.bench.export import analyze_workload
-    from kvroute.bench.metrics import Slo
     from kvroute.bench.preflight import check_endpoints
-    from kvroute.bench.result import result_bytes
+    from kvroute.bench.results.metrics import Slo
+    from kvroute.bench.results.result import result_bytes
     from kvroute.bench.run_options import (
-        Endpoint,
+        BenchEndpoint,
         RunOptions,
         SideBySide,
         with_recorded_compute,
     )
     from kvroute.bench.runner import BenchInterrupted, run_bench, workload_info
     from kvroute.bench.scrape import CacheMode
+    from kvroute.bench.workloads.export import analyze_workload
     from kvroute.bench.workloads.registry import generate
     from kvroute.engines.state import StateDir, default_state_dir
     from kvroute.report.bench.console import render_result
@@ -272,7 +272,7 @@ def bench_group(
         records = StateDir(default_state_dir()).records()
     except EngineError:  # a broken record is `engines status`'s to report, not bench's
         records = []
-    parsed = [with_recorded_compute(Endpoint.parse(e), records) for e in endpoints]
+    parsed = [with_recorded_compute(BenchEndpoint.parse(e), records) for e in endpoints]
     check_outputs({"--json": json_path, "--html": html_path})
     if ctx.get_parameter_source("json_path") is ParameterSource.DEFAULT:
         refuse_default_overwrite(json_path, force)
@@ -341,7 +341,7 @@ def _after_writing(
 ) -> None:
     """Once the outputs are written: warn of an older HTML report beside the JSON, and
     exit 130 for Ctrl-C or 1 when some run had no request served."""
-    from kvroute.bench.result import unserved_line, unserved_runs
+    from kvroute.bench.results.result import unserved_line, unserved_runs
 
     beside = json_path.with_suffix(".html")
     if html_path is None and json_path.suffix == ".json" and beside.is_file():

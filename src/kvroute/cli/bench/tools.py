@@ -44,8 +44,8 @@ def compare_cmd(
     difference says nothing about the engines, and the comparison is refused."""
     from rich.markup import escape
 
-    from kvroute.bench.compare import compare, mismatches
-    from kvroute.bench.result import load_result
+    from kvroute.bench.results.compare import compare, mismatches
+    from kvroute.bench.results.result import load_result
     from kvroute.report.bench.console import interrupted_text, render_comparison
 
     check_outputs({"--json": json_path, "--html": html_path}, inputs=[a, b])
@@ -117,7 +117,7 @@ def generate_cmd(
 ) -> None:
     """Write WORKLOAD's requests to OUT as an OpenAI request log (JSONL), which
     `kvroute analyze` reads: check the overlap a workload was built with."""
-    from kvroute.bench.export import log_records
+    from kvroute.bench.workloads.export import log_records
     from kvroute.bench.workloads.registry import generate
     from kvroute.trace.tokenizer import load_tokenizer
 
@@ -145,7 +145,7 @@ def generate_cmd(
 @click.option("--wide", is_flag=True, help="Every column in the terminal table.")
 def report_cmd(result: Path, html_path: Path | None, wide: bool) -> None:
     """Show a saved bench result again (terminal table, optional HTML report)."""
-    from kvroute.bench.result import load_result
+    from kvroute.bench.results.result import load_result
     from kvroute.report.bench.console import render_result
 
     check_outputs({"--html": html_path}, inputs=[result])

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvroute.bench.metrics import e2e_s, stat, tpot_s, ttft_s
-from kvroute.bench.record import RequestRecord
-from kvroute.bench.result import WorkloadInfo
-from kvroute.bench.run_options import Endpoint, RunOptions
+from kvroute.bench.results.metrics import e2e_s, stat, tpot_s, ttft_s
+from kvroute.bench.results.record import RequestRecord
+from kvroute.bench.results.result import WorkloadInfo
+from kvroute.bench.run_options import BenchEndpoint, RunOptions
 from kvroute.bench.runner import run_bench
 from kvroute.bench.schedule import ClosedLoop, OpenLoop
 from kvroute.bench.scrape import CacheMode
@@ -77,7 +77,7 @@ def serve_fixed(
         ideal_overlap=None,
     )
     options = RunOptions(loads=(load,), cache=CacheMode.COLD, ignore_eos=True, temperature=0.0)
-    result = run_bench(requests, info, [Endpoint("live", url, engine, model)], options)
+    result = run_bench(requests, info, [BenchEndpoint("live", url, engine, model)], options)
     records = sorted(result.runs[0].requests, key=lambda r: r.index)
 
     def col(fn: Callable[[RequestRecord], float | None]) -> FloatArray:

@@ -1,28 +1,41 @@
-"""The upstream client: pooled keep-alive HTTP/1.1 connections to one backend each.
+"""The data-plane HTTP/1.1 client: pooled keep-alive connections to one backend each,
+shared by the gateway's proxy and bench's load generator.
 
-This is the gateway's network seam, in four parts:
+    base.py        the vocabulary: Origin, Transport, Exchange, ResponseReceiver,
+                   UpstreamRequest, UpstreamFailure
+    pool.py        PooledTransport, the real Transport: idle connections (LIFO), a bound on
+                   connections in use, spares opened ahead, connect, send
+    connection.py  the asyncio protocol of one connection, httptools' response parser,
+                   each received piece stamped with the transport's clock
+    exchange.py    one awaited request in flight: head, batched body, back-pressure, timeouts
 
-    base.py        the vocabulary: Transport, Exchange, UpstreamRequest, UpstreamFailure
-    pool.py        PooledTransport, the real Transport: idle connections, connect, send
-    connection.py  the asyncio protocol of one connection, httptools' response parser
-    exchange.py    one request in flight: head, batched body, back-pressure, timeouts
-
-Import from here; the names below are the package's public surface.
+A response is taken either awaited (:meth:`PooledTransport.send` -> :class:`Exchange`)
+or pushed to a :class:`ResponseReceiver` from the socket's callback
+(:meth:`PooledTransport.start_idle`, :meth:`PooledTransport.start`). Import from here;
+the names below are the package's public surface.
 """
 
 from kvroute.http.client.base import (
+    Clock,
     Exchange,
     FailureKind,
+    Origin,
+    ResponseReceiver,
     Transport,
     UpstreamFailure,
     UpstreamRequest,
 )
+from kvroute.http.client.connection import PooledConnection
 from kvroute.http.client.pool import PooledTransport
 
 __all__ = [
+    "Clock",
     "Exchange",
     "FailureKind",
+    "Origin",
+    "PooledConnection",
     "PooledTransport",
+    "ResponseReceiver",
     "Transport",
     "UpstreamFailure",
     "UpstreamRequest",

@@ -1,9 +1,12 @@
-"""The upstream vocabulary: what the proxy sends, what it gets back, how it fails.
+"""The client vocabulary: where requests go, what is sent, what comes back, how it fails.
 
-:class:`Transport` is what the proxy talks to (tests can hand it any implementation);
-:class:`~kvroute.http.client.pool.PooledTransport` is the real one. Every failure
-is an :class:`UpstreamFailure` whose ``kind`` says what happened and whether any
-response byte had arrived (which decides whether a retry is safe).
+:class:`Transport` is what the gateway's proxy talks to (tests can hand it any
+implementation); :class:`~kvroute.http.client.pool.PooledTransport` is the real one.
+A response is taken either as an :class:`Exchange` (awaited: head, then reads or an
+attached callback) or pushed, piece by piece with receive times, to a
+:class:`ResponseReceiver` (bench's load generator: no task switch per request or
+piece). Every failure is an :class:`UpstreamFailure` whose ``kind`` says what happened
+and whether any response byte had arrived (which decides whether a retry is safe).
 """
 
 from __future__ import annotations
@@ -12,6 +15,47 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import urlsplit
+
+from kvroute.errors import UsageError
+
+Clock = Callable[[], float]
+"""Seconds on a monotonic clock."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a transport connects, from a base URL ``http(s)://host[:port][/prefix]``:
+    request paths are appended to ``path_prefix``."""
+
+    tls: bool
+    host: str
+    port: int
+    host_header: str
+    path_prefix: str
+
+    @classmethod
+    def parse(cls, url: str) -> Origin:
+        """Raises :class:`UsageError` for anything but an http(s) URL with a host."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UsageError(f"URL must be http(s)://host[:port], got {url!r}")
+        tls = parts.scheme == "https"
+        try:
+            port = parts.port or (443 if tls else 80)
+        except ValueError:
+            raise UsageError(f"bad port in URL {url!r}") from None
+        return cls(tls, parts.hostname, port, parts.netloc, parts.path.rstrip("/"))
+
+    def encode(self, request: UpstreamRequest) -> bytes:
+        """``request`` as the HTTP/1.1 bytes sent to this origin (kept alive)."""
+        lines = [
+            f"{request.method} {self.path_prefix}{request.path} HTTP/1.1\r\n"
+            f"host: {self.host_header}\r\ncontent-length: {len(request.body)}\r\n"
+        ]
+        lines.extend(f"{name}: {value}\r\n" for name, value in request.headers)
+        lines.append("\r\n")
+        return "".join(lines).encode("latin-1") + request.body
 
 
 class FailureKind(enum.Enum):
@@ -42,6 +86,24 @@ class UpstreamRequest:
     path: str
     headers: tuple[tuple[str, str], ...]
     body: bytes
+
+
+class ResponseReceiver(Protocol):
+    """Takes one response as the connection parses it, in the socket's own callback.
+
+    ``t`` is the transport's clock read once per socket read, as the bytes arrived (pieces
+    parsed from one read share it). Exactly one of :meth:`on_end` and :meth:`on_failure`
+    ends a response that was started; a receiver that gives up early aborts the
+    connection and may then still get :meth:`on_failure`, which it can ignore.
+    """
+
+    def on_head(self, status: int, headers: dict[str, str], t: float) -> None: ...
+
+    def on_body(self, data: bytes, t: float) -> None: ...
+
+    def on_end(self, t: float) -> None: ...
+
+    def on_failure(self, failure: UpstreamFailure, t: float) -> None: ...
 
 
 class Exchange(Protocol):

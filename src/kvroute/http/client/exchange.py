@@ -34,7 +34,6 @@ class PooledExchange:
         "_on_data",
         "_waiter",
         "headers",
-        "response_started",
         "status",
     )
 
@@ -50,16 +49,20 @@ class PooledExchange:
         self._last_data_s = 0.0
         self.status = 0
         self.headers: dict[str, str] = {}
-        self.response_started = False
 
-    # called by the connection
-    def on_head(self, status: int, headers: dict[str, str]) -> None:
+    @property
+    def response_started(self) -> bool:
+        """Whether any byte of the response has arrived."""
+        return self._conn.response_started
+
+    # ResponseReceiver: called by the connection
+    def on_head(self, status: int, headers: dict[str, str], t: float) -> None:
         self.status = status
         self.headers = headers
         if not self._head.done():
             self._head.set_result(None)
 
-    def on_body(self, data: bytes) -> None:
+    def on_body(self, data: bytes, t: float) -> None:
         if self._on_data is not None:
             self._last_data_s = asyncio.get_running_loop().time()
             self._on_data(data)
@@ -70,12 +73,12 @@ class PooledExchange:
             self._conn.pause_reading()
         self._wake()
 
-    def on_end(self) -> None:
+    def on_end(self, t: float) -> None:
         self._done = True
         self._on_data = None  # no more data; and no reference cycle left for the GC
         self._wake()
 
-    def on_failure(self, failure: UpstreamFailure) -> None:
+    def on_failure(self, failure: UpstreamFailure, t: float) -> None:
         if self._done:
             return
         self._error = failure
@@ -92,7 +95,9 @@ class PooledExchange:
     def _on_timeout(self, what: str, kind: FailureKind) -> None:
         if self._done or self._error is not None:
             return
-        self.on_failure(UpstreamFailure(kind, what, response_started=self.response_started))
+        self.on_failure(
+            UpstreamFailure(kind, what, response_started=self.response_started), self._conn.now()
+        )
         self._conn.abort()
 
     async def _wait(self, deadline_s: float | None, what: str, kind: FailureKind) -> None:

@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from kvroute.bench import metrics
-from kvroute.bench.record import Outcome, RequestRecord
-from kvroute.bench.result import Run
+from kvroute.bench.results import metrics
+from kvroute.bench.results.record import Outcome, RequestRecord
+from kvroute.bench.results.result import Run
 from kvroute.report import fmt
 from kvroute.report.bench.rows import run_label, stat_cells
 from kvroute.report.charts.axes import wants_log

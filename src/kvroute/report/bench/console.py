@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from kvroute.bench.compare import Pair
-from kvroute.bench.result import BenchResult, Run
+from kvroute.bench.results.compare import Pair
+from kvroute.bench.results.result import BenchResult, Run
 from kvroute.report import fmt
 from kvroute.report.bench.rows import (
     DIFF_HEADERS,

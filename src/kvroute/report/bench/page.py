@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from kvroute.bench import metrics
-from kvroute.bench.compare import Pair, mismatches
-from kvroute.bench.result import BenchResult, Run
+from kvroute.bench.results import metrics
+from kvroute.bench.results.compare import Pair, mismatches
+from kvroute.bench.results.result import BenchResult, Run
 from kvroute.report import fmt
 from kvroute.report.bench.charts import cdf_chart, hit_split_blocks, itl_chart, sweep_blocks
 from kvroute.report.bench.console import INTERRUPTED_TITLE, interrupted_text, run_cells

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvroute.bench.compare import Diff
-from kvroute.bench.metrics import Stat, Summary
-from kvroute.bench.record import ErrorKind
-from kvroute.bench.result import EndpointInfo, Run
+from kvroute.bench.results.compare import Diff
+from kvroute.bench.results.metrics import Stat, Summary
+from kvroute.bench.results.record import ErrorKind
+from kvroute.bench.results.result import EndpointInfo, Run
 from kvroute.report import fmt
 
 RUN_HEADERS = (

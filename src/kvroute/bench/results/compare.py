@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvroute.bench import metrics
-from kvroute.bench.metrics import Summary
-from kvroute.bench.record import Outcome, RequestRecord
-from kvroute.bench.result import BenchResult, Run
+from kvroute.bench.results import metrics
+from kvroute.bench.results.metrics import Summary
+from kvroute.bench.results.record import Outcome, RequestRecord
+from kvroute.bench.results.result import BenchResult, Run
 
 PerRequest = Callable[[RequestRecord], float | None]
 

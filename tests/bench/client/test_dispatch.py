@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kvroute.bench.dispatch import Dispatcher
+from kvroute.bench.client.dispatch import Dispatcher
 
 SLOTS = [(0, 0.0), (1, 0.004), (2, 0.004), (3, 0.0125), (4, 0.02)]
 

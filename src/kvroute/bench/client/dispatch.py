@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 
-from kvroute.bench.http1 import Clock
+from kvroute.http.client import Clock
 
 SendFn = Callable[[int, float], None]
 """Called with (request index, offset) at the slot's time; must not block."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvroute.bench import metrics
-from kvroute.bench.metrics import Slo, stat, summarize
-from kvroute.bench.record import ErrorKind, Outcome, RequestRecord
+from kvroute.bench.results import metrics
+from kvroute.bench.results.metrics import Slo, stat, summarize
+from kvroute.bench.results.record import ErrorKind, Outcome, RequestRecord
 from kvroute.engines.base import CacheCounters
 from kvroute.errors import UsageError
 

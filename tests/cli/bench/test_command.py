@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from bench.fake_upstream import fake_upstream
-from kvroute.bench.result import load_result
+from kvroute.bench.results.result import load_result
 from kvroute.cli import main
 
 ENTRY = (
@@ -283,18 +283,3 @@ def test_unsent_and_cut_requests_are_not_counted_as_errors(cli: CliRunner, tmp_p
     assert (row["ok"], row["errors"], row["unsent/cut"]) == ("2", "1", "27")
     lines = error_lines(dataclasses.replace(run_, summary=summary))
     assert lines == ["http_5xx 1", "not sent 26", "cut short by Ctrl-C 1"]
-
-
-def test_an_endpoint_takes_the_threads_engines_up_recorded_unless_given() -> None:
-    from kvroute.bench.run_options import Endpoint, with_recorded_compute
-    from kvroute.engines.state import EngineRecord
-
-    rec = EngineRecord(
-        "llamacpp", 8080, "http://127.0.0.1:8080", "m", 1, 1, 0.0, "/l", (), threads=2, cpus=(0, 1)
-    )
-    got = with_recorded_compute(Endpoint.parse("a=http://127.0.0.1:8080/v1"), [rec])
-    assert (got.threads, got.cpus) == (2, (0, 1))
-    given = with_recorded_compute(Endpoint.parse("a=http://127.0.0.1:8080,threads=1"), [rec])
-    assert given.threads == 1
-    other = with_recorded_compute(Endpoint.parse("a=http://127.0.0.1:9999"), [rec])
-    assert (other.threads, other.cpus) == (None, ())

@@ -6,14 +6,11 @@ import asyncio
 import json
 from typing import Any
 
-from bench.fake_upstream import fake_upstream
-from kvroute.bench.client import Prepared, Timeouts, send
-from kvroute.bench.http1 import Failure, Target, request_bytes
-from kvroute.bench.pool import ConnectionPool
-from kvroute.bench.record import ErrorKind, Outcome, RequestRecord
-from kvroute.bench.stream_sink import StreamSink
+from kvroute.bench.client.stream_sink import StreamSink
+from kvroute.bench.results.record import ErrorKind, Outcome, RequestRecord
+from kvroute.http.client import FailureKind, UpstreamFailure
 
-SSE = {b"content-type": b"text/event-stream"}
+SSE = {"content-type": "text/event-stream"}
 
 
 def ev(obj: Any) -> bytes:
@@ -28,7 +25,7 @@ def run_sink(
     pieces: list[tuple[float, bytes]],
     *,
     status: int = 200,
-    headers: dict[bytes, bytes] = SSE,
+    headers: dict[str, str] = SSE,
     keep_text: bool = False,
     cancel: int | None = None,
 ) -> tuple[RequestRecord, list[str]]:
@@ -36,14 +33,8 @@ def run_sink(
         rec = RequestRecord(index=0, scheduled_s=0.0, sent_s=0.1)
         aborted: list[str] = []
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        sink = StreamSink(
-            rec,
-            done,
-            lambda: aborted.append("abort"),
-            t0=100.0,
-            keep_text=keep_text,
-            cancel_after_chunks=cancel,
-        )
+        sink = StreamSink(rec, done, t0=100.0, keep_text=keep_text, cancel_after_chunks=cancel)
+        sink.abort = lambda: aborted.append("abort")
         sink.on_head(status, headers, 100.2)
         for t, data in pieces:
             sink.on_body(data, t)
@@ -130,7 +121,7 @@ def test_error_object_in_the_stream() -> None:
 
 def test_http_error_statuses_and_empty_streams() -> None:
     rec, _ = run_sink(
-        [(101.0, b'{"error": "bad"}')], status=400, headers={b"content-type": b"application/json"}
+        [(101.0, b'{"error": "bad"}')], status=400, headers={"content-type": "application/json"}
     )
     assert rec.error_kind is ErrorKind.HTTP_4XX and "HTTP 400" in rec.error_detail
     rec, _ = run_sink([], status=503, headers={})
@@ -148,9 +139,7 @@ def test_non_streamed_json_answer() -> None:
             "usage": {"prompt_tokens": 5, "completion_tokens": 1},
         }
     ).encode()
-    rec, _ = run_sink(
-        [(101.0, body)], headers={b"content-type": b"application/json"}, keep_text=True
-    )
+    rec, _ = run_sink([(101.0, body)], headers={"content-type": "application/json"}, keep_text=True)
     assert rec.outcome is Outcome.OK and rec.first_token_s == 10.0 and rec.text == "done"
     assert rec.completion_tokens == 1
 
@@ -159,55 +148,19 @@ def test_transport_failure_maps_to_kind() -> None:
     async def go() -> RequestRecord:
         rec = RequestRecord(index=0, scheduled_s=0.0)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        StreamSink(rec, done, lambda: None, t0=0.0).on_failure(Failure.RESET, "closed", 3.0)
+        sink = StreamSink(rec, done, t0=0.0)
+        sink.on_failure(UpstreamFailure(FailureKind.RESET, "closed", response_started=True), 3.0)
         return rec
 
     rec = asyncio.run(go())
     assert rec.error_kind is ErrorKind.RESET and rec.end_s == 3.0
 
+    async def malformed() -> RequestRecord:
+        rec = RequestRecord(index=0, scheduled_s=0.0)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        failure = UpstreamFailure(FailureKind.MALFORMED, "bad chunk", response_started=True)
+        StreamSink(rec, done, t0=0.0).on_failure(failure, 1.0)
+        return rec
 
-def send_to(url: str, fault: str, timeouts: Timeouts, *, times: int = 1) -> list[RequestRecord]:
-    async def go() -> list[RequestRecord]:
-        loop = asyncio.get_running_loop()
-        clock = loop.time
-        target = Target.parse(url)
-        pool = ConnectionPool(target, clock)
-        payload = request_bytes(
-            target,
-            "/v1/chat/completions",
-            json.dumps({"model": fault, "max_tokens": 4, "stream": True}).encode(),
-        )
-        out = []
-        for i in range(times):
-            rec = RequestRecord(index=i, scheduled_s=0.0)
-            out.append(
-                await send(
-                    pool, Prepared(i, payload), rec, clock=clock, t0=clock(), timeouts=timeouts
-                )
-            )
-        pool.close()
-        return out
-
-    return asyncio.run(go())
-
-
-def test_send_reuses_the_connection_and_reads_split_crlf_streams() -> None:
-    with fake_upstream() as up:
-        recs = send_to(up.url, "split", Timeouts(2, 5), times=3)
-    assert [r.outcome for r in recs] == [Outcome.OK] * 3
-    assert all(r.completion_tokens == 4 and len(r.chunk_times_s) == 4 for r in recs)
-
-
-def test_send_never_sending_server_times_out_at_first_token() -> None:
-    with fake_upstream() as up:
-        (rec,) = send_to(up.url, "silent", Timeouts(0.3, 5))
-    assert rec.error_kind is ErrorKind.TIMEOUT_FIRST_TOKEN
-    assert rec.end_s is not None and 0.29 < rec.end_s < 1.0
-
-
-def test_send_reset_and_unreachable() -> None:
-    with fake_upstream() as up:
-        (rec,) = send_to(up.url, "reset", Timeouts(2, 5))
-        assert rec.error_kind is ErrorKind.RESET
-    (rec,) = send_to("http://127.0.0.1:9", "ok", Timeouts(2, 5))
-    assert rec.error_kind is ErrorKind.CONNECT and rec.sent_s is None
+    rec = asyncio.run(malformed())
+    assert rec.error_kind is ErrorKind.MALFORMED_HTTP and rec.error_detail == "bad chunk"

@@ -9,7 +9,7 @@ measured from then. Closed loop: ``users`` coroutines each take the next request
 the shard, send it, wait for its end and a think time, and repeat.
 
 Nothing runs past ``deadline``: later requests are recorded as not sent and requests
-in flight are cut off (:class:`~kvroute.bench.record.ErrorKind` ``RUN_DEADLINE``).
+in flight are cut off (:class:`~kvroute.bench.results.record.ErrorKind` ``RUN_DEADLINE``).
 Ctrl-C (SIGINT) stops a shard the same way, with ``INTERRUPTED`` for the requests cut
 off, and :class:`Interrupted` carries what was recorded up to then.
 
@@ -28,12 +28,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
-from kvroute.bench.client import InFlight, Prepared, Timeouts, begin, send
-from kvroute.bench.dispatch import Dispatcher
-from kvroute.bench.http1 import Target
-from kvroute.bench.pool import ConnectionPool
-from kvroute.bench.record import ErrorKind, Outcome, RequestRecord
+from kvroute.bench.client.dispatch import Dispatcher
+from kvroute.bench.client.send import InFlight, Prepared, Timeouts, begin, send
+from kvroute.bench.results.record import ErrorKind, Outcome, RequestRecord
 from kvroute.bench.schedule import Slot
+from kvroute.http.client import PooledTransport
+
+_CONNECT_TIMEOUT_S = 30.0
 
 clock = time.monotonic
 """The clock every time here is read from: system-wide, so shards in other processes agree."""
@@ -41,9 +42,10 @@ clock = time.monotonic
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """One endpoint's part of a shard: where to send, and each request's bytes by index."""
+    """One endpoint's part of a shard: where to send (the base URL requests' paths are
+    appended to), and each request's bytes by index."""
 
-    target: Target
+    base_url: str
     prepared: dict[int, Prepared]
 
 
@@ -62,7 +64,8 @@ class ShardPlan:
     max_connections: int = 1024
     prewarm: int = 0
     spare: int = 0
-    """Idle connections kept opening ahead of need (see :class:`ConnectionPool`)."""
+    """Idle connections kept opening ahead of need (see
+    :class:`~kvroute.http.client.PooledTransport`)."""
     spin_s: float = 0.0
     """Open loop: poll for the last ``spin_s`` before each send instead of sleeping
     (sub-millisecond send times for CPU; see :class:`~.dispatch.Dispatcher`)."""
@@ -99,8 +102,8 @@ class _EndpointRun:
     def __init__(self, job: Job, plan: ShardPlan, waited_on: set[int]) -> None:
         self.job = job
         self.plan = plan
-        self.pool = ConnectionPool(
-            job.target, clock, max_connections=plan.max_connections, spare=plan.spare
+        self.pool = PooledTransport(
+            job.base_url, max_connections=plan.max_connections, spare=plan.spare, clock=clock
         )
         self.records: dict[int, RequestRecord] = {}
         self.finished: set[int] = set()
@@ -109,25 +112,13 @@ class _EndpointRun:
         self.ended: dict[int, asyncio.Future[None]] = {i: loop.create_future() for i in waited_on}
 
     async def send(self, index: int, scheduled_s: float) -> RequestRecord:
-        plan = self.plan
         rec = RequestRecord(index=index, scheduled_s=scheduled_s)
         self.records[index] = rec
-        if plan.t0 + scheduled_s >= plan.deadline:
+        if self.plan.t0 + scheduled_s >= self.plan.deadline:
             rec.outcome = Outcome.NOT_SENT
-        else:
-            await send(
-                self.pool,
-                self.job.prepared[index],
-                rec,
-                clock=clock,
-                t0=plan.t0,
-                timeouts=plan.timeouts,
-            )
-        self.finished.add(index)
-        fut = self.ended.get(index)
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-        return rec
+            self._ended(index)
+            return rec
+        return await self._complete(rec, None)
 
     def dispatch(self, index: int, scheduled_s: float) -> asyncio.Task[object]:
         """Start ``index`` now: written in this loop step when a connection is idle."""
@@ -155,11 +146,14 @@ class _EndpointRun:
             timeouts=plan.timeouts,
             started=started,
         )
-        self.finished.add(rec.index)
-        fut = self.ended.get(rec.index)
+        self._ended(rec.index)
+        return rec
+
+    def _ended(self, index: int) -> None:
+        self.finished.add(index)
+        fut = self.ended.get(index)
         if fut is not None and not fut.done():
             fut.set_result(None)
-        return rec
 
     def cut_off(self) -> None:
         """After Ctrl-C: requests on the wire are cut off, requests never written are
@@ -271,7 +265,7 @@ async def _shard(jobs: Sequence[Job], plan: ShardPlan, start: StartFn) -> list[l
     for run in runs:
         if interrupted:
             run.cut_off()
-        run.pool.close()
+        await run.pool.aclose()
         out.append(run.all_records())
     if interrupted:
         raise Interrupted(out)
@@ -280,7 +274,9 @@ async def _shard(jobs: Sequence[Job], plan: ShardPlan, start: StartFn) -> list[l
 
 async def _send_all(runs: Sequence[_EndpointRun], plan: ShardPlan, start: StartFn) -> None:
     if plan.prewarm:
-        await asyncio.gather(*(r.pool.prewarm(plan.prewarm) for r in runs))
+        await asyncio.gather(
+            *(r.pool.prewarm(plan.prewarm, connect_timeout_s=_CONNECT_TIMEOUT_S) for r in runs)
+        )
     plan = plan.starting_at(start())
     for run in runs:
         run.plan = plan

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvroute.bench.record import Outcome, RequestRecord
+from kvroute.bench.results.record import Outcome, RequestRecord
 from kvroute.engines.base import CacheCounters
 from kvroute.errors import UsageError
 

@@ -1,4 +1,4 @@
-"""Arrival processes, ramp-up, closed-loop think times, cancel shares, sweeps."""
+"""Schedules: arrival processes, ramp-up, closed-loop think times, cancel shares."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from kvroute.bench.schedule import (
     TraceTimes,
     build_schedule,
     open_loop_offsets,
-    parse_sweep,
 )
 from kvroute.bench.workloads.base import Api, BenchRequest
 from kvroute.errors import UsageError
@@ -89,19 +88,3 @@ def test_cancel_share_and_range() -> None:
     after = [x.cancel_after_chunks for x in s.slots if x.cancel_after_chunks is not None]
     assert len(after) / 4000 == pytest.approx(0.25, abs=0.03)
     assert set(after) == {2, 3, 4, 5}
-
-
-def test_parse_sweep_and_bad_loads() -> None:
-    assert parse_sweep("5") == [5.0]
-    assert parse_sweep("1,2,4") == [1.0, 2.0, 4.0]
-    assert parse_sweep("1:16:x2") == [1, 2, 4, 8, 16]
-    assert parse_sweep("10:30:+10") == [10, 20, 30]
-    for bad in ("", "a,b", "1:8:x1", "0,1", "1:2"):
-        with pytest.raises(UsageError):
-            parse_sweep(bad)
-    with pytest.raises(UsageError):
-        OpenLoop(0)
-    with pytest.raises(UsageError):
-        ClosedLoop(0)
-    with pytest.raises(UsageError):
-        CancelSpec(1.5)

@@ -3,8 +3,9 @@ first token (the first chunk carrying ``content``, reasoning — ``reasoning_con
 ``reasoning`` — or a ``tool_calls`` delta, or ``text`` for completions; role-only chunks
 do not count), every later content chunk, the ``usage`` chunk
 (``stream_options.include_usage``) and llama.cpp's ``timings``. Non-streaming JSON
-answers are read too (their first token is their end). :mod:`kvroute.bench.client`
-sends the request and feeds the sink."""
+answers are read too (their first token is their end). :mod:`kvroute.bench.client.send`
+sends the request; the connection pushes the response here (a
+:class:`~kvroute.http.client.ResponseReceiver`), each piece with its receive time."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from kvroute.bench.http1 import Failure
-from kvroute.bench.record import ErrorKind, Outcome, RequestRecord
+from kvroute.bench.results.record import ErrorKind, Outcome, RequestRecord
+from kvroute.http.client import FailureKind, UpstreamFailure
 from kvroute.http.sse import SSEEvent, SSEParser
 
 _ERROR_BODY_BYTES = 2048
@@ -24,21 +25,22 @@ _ERROR_BODY_BYTES = 2048
 class StreamSink:
     """Reads one response into ``rec``; resolves ``done`` when the request is over.
 
-    ``abort`` drops the connection (called on cancel and on unreadable streams).
-    All times are ``clock`` readings minus ``t0``.
+    ``abort`` drops the connection (called on cancel and on unreadable streams); the
+    sender sets it once the request is on a connection. All times are the transport
+    clock's readings minus ``t0``.
     """
 
     __slots__ = (
-        "_abort",
         "_body",
         "_cancel_after",
-        "_done",
         "_is_sse",
         "_keep_text",
         "_sse",
         "_t0",
         "_text",
         "_tool_args",
+        "abort",
+        "done",
         "rec",
     )
 
@@ -46,15 +48,14 @@ class StreamSink:
         self,
         rec: RequestRecord,
         done: asyncio.Future[None],
-        abort: Callable[[], None],
         *,
         t0: float,
         keep_text: bool = False,
         cancel_after_chunks: int | None = None,
     ) -> None:
         self.rec = rec
-        self._done = done
-        self._abort = abort
+        self.done = done
+        self.abort: Callable[[], None] = _nothing
         self._t0 = t0
         self._keep_text = keep_text
         self._cancel_after = cancel_after_chunks
@@ -64,15 +65,15 @@ class StreamSink:
         self._text: list[str] = []
         self._tool_args: list[str] = []
 
-    # Sink protocol -------------------------------------------------------------
-    def on_head(self, status: int, headers: dict[bytes, bytes], t: float) -> None:
+    # ResponseReceiver ----------------------------------------------------------
+    def on_head(self, status: int, headers: dict[str, str], t: float) -> None:
         rec = self.rec
         rec.first_byte_s = t - self._t0
         rec.http_status = status
-        self._is_sse = status == 200 and b"text/event-stream" in headers.get(b"content-type", b"")
+        self._is_sse = status == 200 and "text/event-stream" in headers.get("content-type", "")
 
     def on_body(self, data: bytes, t: float) -> None:
-        if self._done.done():
+        if self.done.done():
             return
         if not self._is_sse:
             if self.rec.http_status == 200 or len(self._body) < _ERROR_BODY_BYTES:
@@ -80,11 +81,11 @@ class StreamSink:
             return
         for event in self._sse.feed(data):
             self._event(event, t)
-            if self._done.done():
+            if self.done.done():
                 return
 
     def on_end(self, t: float) -> None:
-        if self._done.done():
+        if self.done.done():
             return
         rec = self.rec
         status = rec.http_status or 0
@@ -109,25 +110,27 @@ class StreamSink:
             return
         rec.end_s = t - self._t0
         self._keep()
-        self._done.set_result(None)
+        self.done.set_result(None)
 
-    def on_failure(self, failure: Failure, detail: str, t: float) -> None:
-        kind = ErrorKind.RESET if failure is Failure.RESET else ErrorKind.MALFORMED_HTTP
-        self._finish_error(kind, detail, t)
+    def on_failure(self, failure: UpstreamFailure, t: float) -> None:
+        kind = (
+            ErrorKind.MALFORMED_HTTP if failure.kind is FailureKind.MALFORMED else ErrorKind.RESET
+        )
+        self._finish_error(kind, failure.detail, t)
 
     # Outside events -------------------------------------------------------------
     def expire(self, kind: ErrorKind, detail: str, t: float) -> None:
         """A timer fired: give up on the request now."""
         self._finish_error(kind, detail, t)
-        self._abort()
+        self.abort()
 
     # Internals -----------------------------------------------------------------
     def _finish_error(self, kind: ErrorKind, detail: str, t: float) -> None:
-        if self._done.done():
+        if self.done.done():
             return
         self.rec.fail(kind, detail, t - self._t0)
         self._keep()
-        self._done.set_result(None)
+        self.done.set_result(None)
 
     def _keep(self) -> None:
         if self._keep_text:
@@ -148,13 +151,13 @@ class StreamSink:
             return
         if "error" in obj:
             self._finish_error(ErrorKind.STREAM_ERROR, str(obj["error"])[:300], t)
-            self._abort()
+            self.abort()
             return
         self._chunk(obj, t)
 
     def _malformed(self, detail: str, t: float) -> None:
         self._finish_error(ErrorKind.MALFORMED_STREAM, detail, t)
-        self._abort()
+        self.abort()
 
     def _chunk(self, obj: dict[str, Any], t: float) -> None:
         rec = self.rec
@@ -209,8 +212,8 @@ class StreamSink:
         rec.outcome = Outcome.CANCELLED
         rec.end_s = t - self._t0
         self._keep()
-        self._done.set_result(None)
-        self._abort()
+        self.done.set_result(None)
+        self.abort()
 
     def _json_body(self, t: float) -> None:
         """A non-streamed answer: its one message is its first (and last) token."""
@@ -254,3 +257,7 @@ def _tool_arg_pieces(tool_calls: list[Any]) -> list[str]:
 
 def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _nothing() -> None:
+    """The abort of a sink not on a connection yet."""

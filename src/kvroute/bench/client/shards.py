@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from kvroute.bench.execute import Interrupted, Job, ShardPlan, clock, run_shard
-from kvroute.bench.record import ErrorKind, Outcome, RequestRecord
+from kvroute.bench.client.execute import Interrupted, Job, ShardPlan, clock, run_shard
+from kvroute.bench.results.record import ErrorKind, Outcome, RequestRecord
 from kvroute.bench.schedule import Slot
 
 _REPORT_WAIT_S = 10.0

@@ -19,8 +19,8 @@ from typing import Any, TypeVar, get_type_hints
 
 import orjson
 
-from kvroute.bench.metrics import Stat, Summary
-from kvroute.bench.record import RequestRecord
+from kvroute.bench.results.metrics import Stat, Summary
+from kvroute.bench.results.record import RequestRecord
 from kvroute.errors import InputError
 from kvroute.output_file import write_output
 
