@@ -16,7 +16,7 @@ set. ``limit_tokens`` is therefore ``cache_ram / KV bytes per token``, or ``n_ct
 Speed, same results: keys are chained, so a state shares at least ``j + 1`` units with a
 prompt exactly when its key at position ``j`` equals the prompt's. The states are indexed
 by their keys (every ``stride``-th position: each block of a hash-only trace, every 64th
-token of a token trace), each list in cache order, so an operation looks only at the
+token of a token trace), each entry in cache order, so an operation looks only at the
 states that can matter:
 
 - ``load`` scans in cache order for a state better than the best so far; the next one
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import enum
 import math
-from bisect import bisect_right
 
 from kvroute.cache.base import U64, CacheSeq, keys_common_prefix
 from kvroute.types import TokenIds
@@ -99,12 +98,14 @@ class SaveResult(enum.Enum):
     TOO_LARGE = "too_large"
 
 
-_NO_STATES: list[SavedPrompt] = []
+_States = dict[int, SavedPrompt]
+"""States by ``id``, in cache order (dicts keep insertion order): one index entry. A dict,
+not a list: dropping a state from an entry is then one hash lookup, where a list's
+``remove`` compares it with every state before it (on a trace whose prompts share a
+first block, that entry holds most of the cache, and removals were most of a replay)."""
+
+_NO_STATES: _States = {}
 """What an index lookup without states returns (never mutated)."""
-
-
-def _seq_of(state: SavedPrompt) -> int:
-    return state.seq
 
 
 class HostPromptCache:
@@ -116,11 +117,11 @@ class HostPromptCache:
     def __init__(self, limit_tokens: int | None, unit_tokens: int = 1) -> None:
         self.limit_tokens = limit_tokens
         self._stride = max(1, INDEX_TOKENS // max(unit_tokens, 1))
-        self._order: dict[int, SavedPrompt] = {}
-        """By ``id``, oldest first (dicts keep insertion order)."""
-        self._holders: dict[object, list[SavedPrompt]] = {}
-        """Key at an indexed position -> the states holding it there, oldest first."""
-        self._by_last: dict[object, list[SavedPrompt]] = {}
+        self._order: _States = {}
+        """Oldest first."""
+        self._holders: dict[object, _States] = {}
+        """Key at an indexed position -> the states holding it there."""
+        self._by_last: dict[object, _States] = {}
         """Last key -> the states ending with it."""
         self._num_of_length: list[int] = [0]
         """Index: a number of keys; value: how many states have that many."""
@@ -139,15 +140,15 @@ class HostPromptCache:
         """The deepest indexed position at or before ``position``."""
         return position - position % self._stride
 
-    def _holding(self, keys: list[object], position: int) -> list[SavedPrompt]:
-        """States that may hold ``keys[position]`` at ``position``, oldest first: a
-        superset when ``position`` is not indexed (the deepest indexed one before it)."""
+    def _holding(self, keys: list[object], position: int) -> _States:
+        """States that may hold ``keys[position]`` at ``position``: a superset when ``position`` is not indexed (the deepest indexed one before it)."""
         j = self._indexed(position)
         group = self._holders.get(keys[j]) if j < len(keys) else None
         return _NO_STATES if group is None else group
 
     def _add(self, state: SavedPrompt) -> None:
-        self._order[id(state)] = state
+        sid = id(state)
+        self._order[sid] = state
         state.seq = self._next_seq
         self._next_seq += 1
         keys = state.key_list()
@@ -158,10 +159,10 @@ class HostPromptCache:
                 key = keys[j]
                 group = holders.get(key)
                 if group is None:
-                    holders[key] = [state]
+                    holders[key] = {sid: state}
                 else:
-                    group.append(state)
-            self._by_last.setdefault(keys[k - 1], []).append(state)
+                    group[sid] = state
+            self._by_last.setdefault(keys[k - 1], {})[sid] = state
         counts = self._num_of_length
         if k >= len(counts):
             counts.extend([0] * (k + 1 - len(counts)))
@@ -171,21 +172,22 @@ class HostPromptCache:
     def _forget(self, gone: list[SavedPrompt]) -> None:
         holders, by_last = self._holders, self._by_last
         for s in gone:
-            del self._order[id(s)]
+            sid = id(s)
+            del self._order[sid]
             self.total_tokens -= s.num_tokens
             keys = s.key_list()
             k = len(keys)
             if k:
                 for j in range(0, k, self._stride):
-                    _unlist(holders, keys[j], s)
-                _unlist(by_last, keys[k - 1], s)
+                    _unlist(holders, keys[j], sid)
+                _unlist(by_last, keys[k - 1], sid)
             self._num_of_length[k] -= 1
 
     def _contained_in_some(self, state: SavedPrompt) -> bool:
         k = len(state.keys)
         if not k or not state.fully_keyed:
             return False
-        return any(s.contains(state) for s in self._holding(state.key_list(), k - 1))
+        return any(s.contains(state) for s in self._holding(state.key_list(), k - 1).values())
 
     def _inside(self, state: SavedPrompt) -> list[SavedPrompt]:
         """The saved states ``state`` contains: per length of saved states up to its own,
@@ -197,7 +199,7 @@ class HostPromptCache:
             if counts[n]:
                 group = by_last.get(keys[n - 1])
                 if group is not None:
-                    for s in group:
+                    for s in group.values():
                         if len(s.keys) == n and state.contains(s):
                             found.append(s)
         return found
@@ -245,10 +247,11 @@ class HostPromptCache:
             position = best_tokens // unit
             if best_tokens >= total or position >= len(keys):
                 return best
-            candidates = self._holding(keys, position)
             found = None
-            for i in range(bisect_right(candidates, after, key=_seq_of), len(candidates)):
-                s = candidates[i]
+            for s in self._holding(keys, position).values():
+                # Those before the best were passed over already (cache order).
+                if s.seq <= after:
+                    continue
                 size = s.num_tokens
                 # Shared tokens are at most the prompt and the state: a state too large to
                 # keep enough of itself, or too small to beat the best, is passed over
@@ -303,10 +306,10 @@ class HostPromptCache:
             self._forget(gone)
 
 
-def _unlist(index: dict[object, list[SavedPrompt]], key: object, state: SavedPrompt) -> None:
-    """Take ``state`` out of ``index[key]`` (the key is dropped with its last state)."""
+def _unlist(index: dict[object, _States], key: object, sid: int) -> None:
+    """Take the state ``sid`` out of ``index[key]`` (the key is dropped with its last state)."""
     group = index[key]
     if len(group) == 1:
         del index[key]
     else:
-        group.remove(state)
+        del group[sid]
