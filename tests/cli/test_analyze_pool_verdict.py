@@ -113,7 +113,9 @@ def test_model_on_a_gpu_sizes_the_pool_that_decides_the_verdict(
 
 
 def test_more_gpus_or_less_memory_move_the_pool(trace: Path, tmp_path: Path) -> None:
-    two, _ = _verdict(trace, tmp_path, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--num-gpus", "2")
+    two, _ = _verdict(
+        trace, tmp_path, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--num-gpus", "2"
+    )
     assert two["reuse"]["pool"]["capacity_tokens"] > WORKING_SET
     assert two["verdict"]["level"] == "radix_pays"
     half, _ = _verdict(

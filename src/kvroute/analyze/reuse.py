@@ -151,9 +151,7 @@ class ReuseTracker:
         edges, counts = _log_hist(finite_dt)
         pool = None
         if pool_tokens is not None:
-            pool = PoolHit(
-                pool_tokens, hit_ratio.pop(), fifo.pop(), optimal.pop(), pool_sized_from
-            )
+            pool = PoolHit(pool_tokens, hit_ratio.pop(), fifo.pop(), optimal.pop(), pool_sized_from)
         return ReuseResult(
             sample_rate=rate,
             num_sampled_accesses=n,

@@ -98,9 +98,9 @@ class SaveResult(enum.Enum):
     TOO_LARGE = "too_large"
 
 
-_States = dict[int, SavedPrompt]
-"""States by ``id``, in cache order (dicts keep insertion order): one index entry. A dict,
-not a list: dropping a state from an entry is then one hash lookup, where a list's
+_States = dict[SavedPrompt, None]
+"""States in cache order, a dict as an ordered set (states hash by identity): one index
+entry. Not a list: dropping a state from an entry is then one hash lookup, where a list's
 ``remove`` compares it with every state before it (on a trace whose prompts share a
 first block, that entry holds most of the cache, and removals were most of a replay)."""
 
@@ -134,7 +134,7 @@ class HostPromptCache:
     @property
     def states(self) -> list[SavedPrompt]:
         """The saved states, oldest first."""
-        return list(self._order.values())
+        return list(self._order)
 
     def _indexed(self, position: int) -> int:
         """The deepest indexed position at or before ``position``."""
@@ -147,8 +147,7 @@ class HostPromptCache:
         return _NO_STATES if group is None else group
 
     def _add(self, state: SavedPrompt) -> None:
-        sid = id(state)
-        self._order[sid] = state
+        self._order[state] = None
         state.seq = self._next_seq
         self._next_seq += 1
         keys = state.key_list()
@@ -159,10 +158,10 @@ class HostPromptCache:
                 key = keys[j]
                 group = holders.get(key)
                 if group is None:
-                    holders[key] = {sid: state}
+                    holders[key] = {state: None}
                 else:
-                    group[sid] = state
-            self._by_last.setdefault(keys[k - 1], {})[sid] = state
+                    group[state] = None
+            self._by_last.setdefault(keys[k - 1], {})[state] = None
         counts = self._num_of_length
         if k >= len(counts):
             counts.extend([0] * (k + 1 - len(counts)))
@@ -172,22 +171,21 @@ class HostPromptCache:
     def _forget(self, gone: list[SavedPrompt]) -> None:
         holders, by_last = self._holders, self._by_last
         for s in gone:
-            sid = id(s)
-            del self._order[sid]
+            del self._order[s]
             self.total_tokens -= s.num_tokens
             keys = s.key_list()
             k = len(keys)
             if k:
                 for j in range(0, k, self._stride):
-                    _unlist(holders, keys[j], sid)
-                _unlist(by_last, keys[k - 1], sid)
+                    _unlist(holders, keys[j], s)
+                _unlist(by_last, keys[k - 1], s)
             self._num_of_length[k] -= 1
 
     def _contained_in_some(self, state: SavedPrompt) -> bool:
         k = len(state.keys)
         if not k or not state.fully_keyed:
             return False
-        return any(s.contains(state) for s in self._holding(state.key_list(), k - 1).values())
+        return any(s.contains(state) for s in self._holding(state.key_list(), k - 1))
 
     def _inside(self, state: SavedPrompt) -> list[SavedPrompt]:
         """The saved states ``state`` contains: per length of saved states up to its own,
@@ -199,7 +197,7 @@ class HostPromptCache:
             if counts[n]:
                 group = by_last.get(keys[n - 1])
                 if group is not None:
-                    for s in group.values():
+                    for s in group:
                         if len(s.keys) == n and state.contains(s):
                             found.append(s)
         return found
@@ -248,7 +246,7 @@ class HostPromptCache:
             if best_tokens >= total or position >= len(keys):
                 return best
             found = None
-            for s in self._holding(keys, position).values():
+            for s in self._holding(keys, position):
                 # Those before the best were passed over already (cache order).
                 if s.seq <= after:
                     continue
@@ -296,7 +294,7 @@ class HostPromptCache:
     def _shrink(self, budget: int) -> None:
         total = self.total_tokens
         gone = []
-        for s in self._order.values():
+        for s in self._order:
             if total <= budget:
                 break
             total -= s.num_tokens
@@ -306,10 +304,10 @@ class HostPromptCache:
             self._forget(gone)
 
 
-def _unlist(index: dict[object, _States], key: object, sid: int) -> None:
-    """Take the state ``sid`` out of ``index[key]`` (the key is dropped with its last state)."""
+def _unlist(index: dict[object, _States], key: object, state: SavedPrompt) -> None:
+    """Take ``state`` out of ``index[key]`` (the key is dropped with its last state)."""
     group = index[key]
     if len(group) == 1:
         del index[key]
     else:
-        del group[sid]
+        del group[state]
