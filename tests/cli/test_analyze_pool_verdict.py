@@ -142,6 +142,11 @@ def test_more_gpus_or_less_memory_move_the_pool(trace: Path, tmp_path: Path) -> 
             ["--capacity-tokens", "none", "--gpu", "h100-80gb"],
             "error: --capacity-tokens and --gpu both size the KV pool; give one",
         ),
+        (["--num-gpus", "4"], "error: --num-gpus sizes a pool from --model/--gpu"),
+        (
+            ["--capacity-tokens", "1Mi", "--kv-dtype", "fp8"],
+            "error: --kv-dtype sizes a pool from --model/--gpu",
+        ),
     ],
 )
 def test_a_pool_that_cannot_be_sized_is_one_line_and_exit_2(

@@ -92,8 +92,9 @@ def resolve_pool(
     kv_dtype: str,
 ) -> AnalyzePool:
     """The pool from the options. Raises ``UsageError`` (exit 2) for an unreadable size,
-    an unknown model or GPU, a model that leaves no KV memory, and for a pool given both
-    in tokens and by ``--model``/``--gpu``."""
+    an unknown model or GPU, a model that leaves no KV memory, a pool given both in tokens
+    and by ``--model``/``--gpu``, and ``--num-gpus``/``--gpu-util``/``--kv-dtype``
+    without ``--model``/``--gpu``."""
     if capacity_text is not None and (model is not None or gpu is not None):
         given = "--model" if model is not None else "--gpu"
         raise UsageError(
@@ -105,6 +106,17 @@ def resolve_pool(
             None, None, 16, model, gpu, num_gpus, gpu_util, kv_dtype, None, None
         )
         return AnalyzePool(capacity.tokens, given=True, sized_from=sized_from(capacity))
+    sizing = {
+        "--num-gpus": num_gpus != 1,
+        "--gpu-util": gpu_util != DEFAULT_UTILIZATION,
+        "--kv-dtype": kv_dtype != "auto",
+    }
+    for option, changed in sizing.items():
+        if changed:
+            raise UsageError(
+                f"{option} sizes a pool from --model/--gpu, and neither is given",
+                hint=f"add --model M --gpu G, or drop {option}",
+            )
     if capacity_text is None:
         return AnalyzePool(parse_size(DEFAULT_CAPACITY), given=False)
     if capacity_text.strip().lower() == "none":
