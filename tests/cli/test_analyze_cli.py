@@ -185,10 +185,15 @@ def test_warns_once_when_the_trace_is_for_another_model(tmp_path: Path, sample: 
     # The same warning travels with the results, not only on stderr.
     assert json.loads(out)["trace"]["tokenizer_warning"] == line.removeprefix("warning: ")
     assert "Wrong tokenizer?" in html.read_text() and "gpt-4o (20 requests)" in html.read_text()
-    code, out, err = run("simulate", str(trace), "--json", "-", "--capacity-tokens", "64k")
+    sim_html = tmp_path / "s.html"
+    code, out, err = run(
+        "simulate", str(trace), "--json", "-", "--html", str(sim_html), "--capacity-tokens", "64k"
+    )
     assert code == 0, err
     assert "gpt-4o (20 requests)" in json.loads(out)["trace"]["tokenizer_warning"]
     assert "warning: token counts come from tokenizer" in err
+    page = sim_html.read_text()
+    assert "Wrong tokenizer?" in page and "gpt-4o (20 requests)" in page
 
 
 def test_no_model_warning_when_names_match_or_nothing_is_tokenized(

@@ -91,3 +91,69 @@ def test_a_pool_that_holds_the_reuse_keeps_the_ideal_verdict(trace: Path, tmp_pa
     assert data["verdict"]["level"] == "radix_pays"
     assert "larger KV pool" not in data["verdict"]["headline"]
     assert any("holds the whole reuse" in r for r in data["verdict"]["reasons"])
+
+
+# The pool sized from a model on GPUs, as `kvroute simulate --model --gpu` sizes it.
+# llama-3.1-8b (128 KiB of KV per token, 15 GiB of weights) on one H100 80GB at 90 %:
+# 448,308 tokens, under the 512,000-token working set; on two, about a million.
+ONE_H100 = 448_308
+
+
+def test_model_on_a_gpu_sizes_the_pool_that_decides_the_verdict(
+    trace: Path, tmp_path: Path
+) -> None:
+    data, _ = _verdict(trace, tmp_path, "--model", "llama-3.1-8b", "--gpu", "h100-80gb")
+    pool = data["reuse"]["pool"]
+    assert pool["capacity_tokens"] == ONE_H100
+    assert pool["sized_from"] == "llama-3.1-8b on 1 x NVIDIA H100 80GB HBM3 at 90% of memory"
+    assert pool["lru_hit_ratio"] == 0.0
+    assert data["verdict"]["level"] == "equivalent"
+    assert f"{ONE_H100:,} tokens (llama-3.1-8b on 1 x NVIDIA H100" in data["verdict"]["headline"]
+    assert data["breakers"] is None  # --no-breakers
+
+
+def test_more_gpus_or_less_memory_move_the_pool(trace: Path, tmp_path: Path) -> None:
+    two, _ = _verdict(
+        trace, tmp_path, "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--num-gpus", "2"
+    )
+    assert two["reuse"]["pool"]["capacity_tokens"] > WORKING_SET
+    assert two["verdict"]["level"] == "radix_pays"
+    half, _ = _verdict(
+        trace, tmp_path, "--gpu", "h100-80gb", "--num-gpus", "2", "--gpu-util", "0.5"
+    )  # --gpu alone: llama-3.1-8b, as simulate
+    assert half["reuse"]["pool"]["sized_from"].startswith("llama-3.1-8b on 2 x")
+    assert half["reuse"]["pool"]["capacity_tokens"] < WORKING_SET
+    assert half["verdict"]["level"] == "equivalent"
+    fp8, _ = _verdict(trace, tmp_path, "--model", "llama-3.1-8b", "--kv-dtype", "fp8")
+    assert fp8["reuse"]["pool"]["capacity_tokens"] == pytest.approx(2 * ONE_H100, abs=1)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "llama-9"], "error: unknown model 'llama-9' (valid presets:"),
+        (["--gpu", "h900"], "error: unknown GPU 'h900' (valid:"),
+        (["--model", "llama-3.1-70b", "--gpu", "rtx4090"], "leaves no KV memory"),
+        (
+            ["--capacity-tokens", "1Mi", "--model", "llama-3.1-8b"],
+            "error: --capacity-tokens and --model both size the KV pool; give one",
+        ),
+        (
+            ["--capacity-tokens", "none", "--gpu", "h100-80gb"],
+            "error: --capacity-tokens and --gpu both size the KV pool; give one",
+        ),
+        (["--num-gpus", "4"], "error: --num-gpus sizes a pool from --model/--gpu"),
+        (
+            ["--capacity-tokens", "1Mi", "--kv-dtype", "fp8"],
+            "error: --kv-dtype sizes a pool from --model/--gpu",
+        ),
+    ],
+)
+def test_a_pool_that_cannot_be_sized_is_one_line_and_exit_2(
+    trace: Path, args: list[str], message: str
+) -> None:
+    code, _, err = run("analyze", str(trace), "--no-breakers", "-q", *args)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+    assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1

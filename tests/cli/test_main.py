@@ -89,7 +89,7 @@ def test_usage_errors_read_like_every_other_error() -> None:
     result = CliRunner().invoke(build_cli(), ["analyze", "--nope", "x"])
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        "error: No such option '--nope'. (Did you mean one of: '--no-text', '--top'?)",
+        "error: No such option '--nope'. (Did you mean one of: '--model', '--no-text', '--top'?)",
         "hint: `kvroute analyze --help` lists the options",
     ]
     result = CliRunner().invoke(build_cli(), ["nope"])

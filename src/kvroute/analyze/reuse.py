@@ -59,6 +59,8 @@ class PoolHit:
     lru_hit_ratio: float
     fifo_hit_ratio: float
     optimal_hit_ratio: float
+    sized_from: str | None = None
+    """The model and GPUs the pool was sized from; ``None``: given in tokens."""
 
 
 class ReuseTracker:
@@ -110,11 +112,13 @@ class ReuseTracker:
         exact_infinite_hit: float | None = None,
         *,
         pool_tokens: int | None = None,
+        pool_sized_from: str | None = None,
     ) -> ReuseResult:
         """Distances and the hit-ratio curve. With sampling, the curve's shape comes from
         the sample and its level from ``exact_infinite_hit`` (the block-level ideal hit,
         known exactly from the prefix index), which removes most of the sampling error.
-        ``pool_tokens`` (the user's KV pool) adds the figures at that capacity."""
+        ``pool_tokens`` (the user's KV pool, sized from ``pool_sized_from`` when given)
+        adds the figures at that capacity."""
         grid = list(capacity_grid_tokens)
         if pool_tokens is not None:
             capacity_grid_tokens = [*grid, pool_tokens]
@@ -147,7 +151,7 @@ class ReuseTracker:
         edges, counts = _log_hist(finite_dt)
         pool = None
         if pool_tokens is not None:
-            pool = PoolHit(pool_tokens, hit_ratio.pop(), fifo.pop(), optimal.pop())
+            pool = PoolHit(pool_tokens, hit_ratio.pop(), fifo.pop(), optimal.pop(), pool_sized_from)
         return ReuseResult(
             sample_rate=rate,
             num_sampled_accesses=n,

@@ -59,6 +59,8 @@ class AnalyzeOptions:
     """Leading requests left out of the headline overlap (they still fill the cache)."""
     pool_tokens: int | None = None
     """The user's KV pool: the reuse figures at that capacity, and the verdict on them."""
+    pool_sized_from: str | None = None
+    """How the pool was sized, when from a model on GPUs (``llama-3.1-8b on 1 x ...``)."""
 
 
 def _chunks(requests: Iterable[Request], n: int) -> Iterator[list[Request]]:
@@ -112,7 +114,10 @@ def analyze_requests(
     sess = acc.sessions.finish()
     unit = 1 if mode is Granularity.TOKEN else bs
     reuse = acc.reuse.finish(
-        _capacity_grid(total, bs), overlap.block_hit_ratio, pool_tokens=opts.pool_tokens
+        _capacity_grid(total, bs),
+        overlap.block_hit_ratio,
+        pool_tokens=opts.pool_tokens,
+        pool_sized_from=opts.pool_sized_from,
     )
     return AnalysisResult(
         schema=SCHEMA,

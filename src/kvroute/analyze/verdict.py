@@ -63,7 +63,8 @@ def verdict_for(
     if reuse is not None and pool is not None and limited:
         hit = pool.lru_hit_ratio
         measured = (
-            f"at your KV pool of {pool.capacity_tokens:,} tokens an ideal LRU cache serves "
+            f"at your KV pool of {pool.capacity_tokens:,} tokens{_sized(pool)} an ideal LRU "
+            "cache serves "
             f"{_pct(hit)} of prompt tokens"
         )
         after = f" ({_pct(reuse.infinite_hit_ratio)} with unlimited memory)"
@@ -138,13 +139,17 @@ def _reuse_reason(overlap: Overlap) -> str:
     )
 
 
+def _sized(pool: PoolHit) -> str:
+    return "" if pool.sized_from is None else f" ({pool.sized_from})"
+
+
 def _pool_reason(pool: PoolHit, reuse: ReuseResult) -> str:
     """What the pool holds against the ideal, the optimal policy's bound, and the
     capacity (on the curve's grid) where LRU comes within 90 % of the ideal."""
     cap = f"{pool.capacity_tokens:,}"
     ideal = reuse.infinite_hit_ratio
     if pool.lru_hit_ratio >= ideal:
-        return f"Your {cap}-token KV pool holds the whole reuse: an ideal LRU cache of that size reaches the ideal {_pct(ideal)}."
+        return f"Your {cap}-token KV pool{_sized(pool)} holds the whole reuse: an ideal LRU cache of that size reaches the ideal {_pct(ideal)}."
     text = (
         f"At {cap} tokens LRU eviction keeps {_pct(pool.lru_hit_ratio)}, FIFO "
         f"{_pct(pool.fifo_hit_ratio)} and the optimal policy (Belady) {_pct(pool.optimal_hit_ratio)}, "

@@ -16,7 +16,7 @@ set. ``limit_tokens`` is therefore ``cache_ram / KV bytes per token``, or ``n_ct
 Speed, same results: keys are chained, so a state shares at least ``j + 1`` units with a
 prompt exactly when its key at position ``j`` equals the prompt's. The states are indexed
 by their keys (every ``stride``-th position: each block of a hash-only trace, every 64th
-token of a token trace), each list in cache order, so an operation looks only at the
+token of a token trace), each entry in cache order, so an operation looks only at the
 states that can matter:
 
 - ``load`` scans in cache order for a state better than the best so far; the next one
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import enum
 import math
-from bisect import bisect_right
 
 from kvroute.cache.base import U64, CacheSeq, keys_common_prefix
 from kvroute.types import TokenIds
@@ -99,12 +98,14 @@ class SaveResult(enum.Enum):
     TOO_LARGE = "too_large"
 
 
-_NO_STATES: list[SavedPrompt] = []
+_States = dict[SavedPrompt, None]
+"""States in cache order, a dict as an ordered set (states hash by identity): one index
+entry. Not a list: dropping a state from an entry is then one hash lookup, where a list's
+``remove`` compares it with every state before it (on a trace whose prompts share a
+first block, that entry holds most of the cache, and removals were most of a replay)."""
+
+_NO_STATES: _States = {}
 """What an index lookup without states returns (never mutated)."""
-
-
-def _seq_of(state: SavedPrompt) -> int:
-    return state.seq
 
 
 class HostPromptCache:
@@ -116,11 +117,11 @@ class HostPromptCache:
     def __init__(self, limit_tokens: int | None, unit_tokens: int = 1) -> None:
         self.limit_tokens = limit_tokens
         self._stride = max(1, INDEX_TOKENS // max(unit_tokens, 1))
-        self._order: dict[int, SavedPrompt] = {}
-        """By ``id``, oldest first (dicts keep insertion order)."""
-        self._holders: dict[object, list[SavedPrompt]] = {}
-        """Key at an indexed position -> the states holding it there, oldest first."""
-        self._by_last: dict[object, list[SavedPrompt]] = {}
+        self._order: _States = {}
+        """Oldest first."""
+        self._holders: dict[object, _States] = {}
+        """Key at an indexed position -> the states holding it there."""
+        self._by_last: dict[object, _States] = {}
         """Last key -> the states ending with it."""
         self._num_of_length: list[int] = [0]
         """Index: a number of keys; value: how many states have that many."""
@@ -133,21 +134,20 @@ class HostPromptCache:
     @property
     def states(self) -> list[SavedPrompt]:
         """The saved states, oldest first."""
-        return list(self._order.values())
+        return list(self._order)
 
     def _indexed(self, position: int) -> int:
         """The deepest indexed position at or before ``position``."""
         return position - position % self._stride
 
-    def _holding(self, keys: list[object], position: int) -> list[SavedPrompt]:
-        """States that may hold ``keys[position]`` at ``position``, oldest first: a
-        superset when ``position`` is not indexed (the deepest indexed one before it)."""
+    def _holding(self, keys: list[object], position: int) -> _States:
+        """States that may hold ``keys[position]`` at ``position``: a superset when ``position`` is not indexed (the deepest indexed one before it)."""
         j = self._indexed(position)
         group = self._holders.get(keys[j]) if j < len(keys) else None
         return _NO_STATES if group is None else group
 
     def _add(self, state: SavedPrompt) -> None:
-        self._order[id(state)] = state
+        self._order[state] = None
         state.seq = self._next_seq
         self._next_seq += 1
         keys = state.key_list()
@@ -158,10 +158,10 @@ class HostPromptCache:
                 key = keys[j]
                 group = holders.get(key)
                 if group is None:
-                    holders[key] = [state]
+                    holders[key] = {state: None}
                 else:
-                    group.append(state)
-            self._by_last.setdefault(keys[k - 1], []).append(state)
+                    group[state] = None
+            self._by_last.setdefault(keys[k - 1], {})[state] = None
         counts = self._num_of_length
         if k >= len(counts):
             counts.extend([0] * (k + 1 - len(counts)))
@@ -171,7 +171,7 @@ class HostPromptCache:
     def _forget(self, gone: list[SavedPrompt]) -> None:
         holders, by_last = self._holders, self._by_last
         for s in gone:
-            del self._order[id(s)]
+            del self._order[s]
             self.total_tokens -= s.num_tokens
             keys = s.key_list()
             k = len(keys)
@@ -245,10 +245,11 @@ class HostPromptCache:
             position = best_tokens // unit
             if best_tokens >= total or position >= len(keys):
                 return best
-            candidates = self._holding(keys, position)
             found = None
-            for i in range(bisect_right(candidates, after, key=_seq_of), len(candidates)):
-                s = candidates[i]
+            for s in self._holding(keys, position):
+                # Those before the best were passed over already (cache order).
+                if s.seq <= after:
+                    continue
                 size = s.num_tokens
                 # Shared tokens are at most the prompt and the state: a state too large to
                 # keep enough of itself, or too small to beat the best, is passed over
@@ -293,7 +294,7 @@ class HostPromptCache:
     def _shrink(self, budget: int) -> None:
         total = self.total_tokens
         gone = []
-        for s in self._order.values():
+        for s in self._order:
             if total <= budget:
                 break
             total -= s.num_tokens
@@ -303,10 +304,10 @@ class HostPromptCache:
             self._forget(gone)
 
 
-def _unlist(index: dict[object, list[SavedPrompt]], key: object, state: SavedPrompt) -> None:
+def _unlist(index: dict[object, _States], key: object, state: SavedPrompt) -> None:
     """Take ``state`` out of ``index[key]`` (the key is dropped with its last state)."""
     group = index[key]
     if len(group) == 1:
         del index[key]
     else:
-        group.remove(state)
+        del group[state]

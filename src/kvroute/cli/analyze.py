@@ -11,7 +11,6 @@ from pathlib import Path
 
 import click
 import orjson
-from click.core import ParameterSource
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -19,9 +18,9 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from kvroute.analyze.result import AnalysisResult
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
 from kvroute.analyze.warmup import parse_warmup
-from kvroute.cache.capacity import parse_size
 from kvroute.cli.analyze_breakers import KeptPrompts, find_breakers
 from kvroute.cli.analyze_labels import ClassLabels
+from kvroute.cli.analyze_pool import pool_options, resolve_pool
 from kvroute.cli.console import make_console
 from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, writes_stdout
 from kvroute.cli.trace_input import TraceInput, open_trace, trace_inputs
@@ -106,16 +105,7 @@ EXIT_BELOW_THRESHOLD = 6
     is_flag=True,
     help="Skip the cache-breaker pass (per-request content inside shared prefixes).",
 )
-@click.option(
-    "--capacity-tokens",
-    "capacity_text",
-    default="256Ki",
-    show_default=True,
-    help="Your KV pool, in tokens (64k is 64,000, 64Ki is 65,536; 'none': ideal figures "
-    "only). Given, the verdict is decided on what an ideal LRU cache of that size serves, "
-    "not on unlimited memory, and the capacity figures show it; it also sizes the "
-    "per-engine before/after figures of the cache breakers (256Ki when not given).",
-)
+@pool_options
 @click.option(
     "--fail-under",
     "fail_under",
@@ -138,7 +128,12 @@ def analyze_cmd(
     seed: int,
     warmup_text: str | None,
     no_breakers: bool,
-    capacity_text: str,
+    capacity_text: str | None,
+    model: str | None,
+    gpu: str | None,
+    num_gpus: int,
+    gpu_util: float,
+    kv_dtype: str,
     fail_under: float | None,
     quiet: bool,
 ) -> None:
@@ -159,14 +154,8 @@ def analyze_cmd(
       reuse distance    ideal LRU hit ratio vs KV cache capacity
     """
     check_outputs({"--json": json_path, "--html": html_path}, inputs=trace_inputs(trace))
-    capacity_tokens = (
-        None
-        if capacity_text.lower() == "none"
-        else parse_size(capacity_text, what="--capacity-tokens")
-    )
-    pool_given = (
-        click.get_current_context().get_parameter_source("capacity_text")
-        is not ParameterSource.DEFAULT
+    pool = resolve_pool(
+        capacity_text, model, gpu, num_gpus=num_gpus, gpu_util=gpu_util, kv_dtype=kv_dtype
     )
     console = make_console(stderr=writes_stdout(json_path, html_path))
     stats = ReadStats()
@@ -181,13 +170,14 @@ def analyze_cmd(
                 top_groups=top_groups,
                 seed=seed,
                 warmup=parse_warmup(warmup_text) if warmup_text is not None else None,
-                pool_tokens=capacity_tokens if pool_given else None,
+                pool_tokens=pool.tokens if pool.given else None,
+                pool_sized_from=pool.sized_from,
             ),
             skip_invalid=skip_invalid,
             with_text=not no_text,
             workers=workers,
             console=console if not quiet else None,
-            breakers=None if no_breakers else BreakerOptions(capacity_tokens),
+            breakers=None if no_breakers else BreakerOptions(pool.tokens),
         )
         skipped = stats.skipped_text(str(source.path), source.name)
     _warn_tokenizer_mismatch(result)
