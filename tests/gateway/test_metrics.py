@@ -13,7 +13,6 @@ DASHBOARD = Path(__file__).parents[2] / "docs" / "grafana-kvroute.json"
 def test_observe_one_stream() -> None:
     m = GatewayMetrics()
     ctx = RequestContext(
-        "r1",
         workload=WorkloadClass.AGENT,
         pool="p",
         policy="round_robin",
