@@ -33,12 +33,12 @@ from kvroute.gateway.proxy.forward import Forward, Proxy
 from kvroute.gateway.proxy.prepare import ClientBody, CompletionPath, parse_body
 from kvroute.gateway.rollout.plan import ShadowPair
 from kvroute.gateway.rollout.shadow import ShadowMirror
-from kvroute.gateway.routing.classify import PrefixOracle, classify
+from kvroute.gateway.routing.classify import Classification, PrefixOracle, classify
 from kvroute.gateway.routing.plan import RoutePlan, plan_route
 from kvroute.gateway.state import GatewayState
 from kvroute.gateway.traffic.shape import TrafficShape
 from kvroute.gateway.traffic.status import observe_outcome
-from kvroute.gateway.types import GatewayRequest, WorkloadClass
+from kvroute.gateway.types import GatewayRequest
 from kvroute.http.messages import Response
 
 
@@ -108,12 +108,12 @@ class CompletionPipeline:
                 )
             )
         except GatewayError as exc:
-            self.finish(
-                self._outcome(request, body, label.workload, plan, None, exc.status, exc.kind)
-            )
+            refused = Ending.REFUSED
+            self.finish(self._outcome(request, body, label, plan, refused, exc.status, exc.kind))
             raise
-        except BaseException:
-            self.finish(self._outcome(request, body, label.workload, plan, None, 0, None))
+        except BaseException:  # the client left, or a bug: nothing was sent
+            cancelled = Ending.CANCELLED
+            self.finish(self._outcome(request, body, label, plan, cancelled, 0, ctx.error_kind))
             raise
         shadow = None
         if plan.rollout is not None:
@@ -123,7 +123,16 @@ class CompletionPipeline:
         # finish, once the answer is written (or abandoned)
         response.closers.append(
             lambda: self.finish(
-                self._outcome(request, body, label.workload, plan, shadow, response.status, "")
+                self._outcome(
+                    request,
+                    body,
+                    label,
+                    plan,
+                    Ending.ANSWERED,
+                    response.status,
+                    ctx.error_kind,  # as the forward left it (a stream cut, a client gone)
+                    shadow,
+                )
             )
         )
         return response
@@ -155,21 +164,14 @@ class CompletionPipeline:
         self,
         request: GatewayRequest,
         body: ClientBody,
-        workload: WorkloadClass,
+        label: Classification,
         plan: RoutePlan,
-        shadow: ShadowPair | None,
+        ending: Ending,
         status: int,
-        refused_kind: str | None,
+        error_kind: str,
+        shadow: ShadowPair | None = None,
     ) -> Outcome:
-        """``refused_kind``: "" when a backend answered, the error's kind when the
-        gateway refused, None when nothing was sent."""
         ctx = request.ctx
-        if refused_kind is None:
-            ending, error_kind = Ending.CANCELLED, ctx.error_kind
-        elif refused_kind:
-            ending, error_kind = Ending.REFUSED, refused_kind
-        else:
-            ending, error_kind = Ending.ANSWERED, ctx.error_kind
         return Outcome(
             ending=ending,
             status=status,
@@ -180,7 +182,7 @@ class CompletionPipeline:
             ended_unix_s=self.wall_clock(),
             body=body.data,
             model=body.model,
-            workload=workload,
+            workload=label.workload,
             plan=plan,
             shadow=shadow,
             pool=ctx.pool,
