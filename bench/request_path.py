@@ -18,7 +18,10 @@ the same way over fresh calls only (a frame seen before is a resumption, left ou
 the order the code calls into modules. ``stage_calls`` are the modules the entry
 function itself calls, in order (consecutive calls into one module merged): its
 stages; ``closers`` the modules of the functions the response runs once written (the
-end-of-request hooks).
+end-of-request hooks). ``all_calls`` counts every Python and C function call the process
+makes from the first call of the entry to the end of the client's read, in any task or
+callback and any module (the client's own included): a cost proxy that, unlike CPU
+time, does not move with the machine's load.
 
 Usage (any tree; run it with that tree's ``src`` first on the path):
 
@@ -56,7 +59,7 @@ def _module_of(frame: FrameType) -> str | None:
 
 async def _trace(
     stream: bool, cache_aware: bool
-) -> tuple[list[str], list[str], list[str], list[str]]:
+) -> tuple[list[str], list[str], list[str], list[str], int]:
     from kvroute.gateway.app import Gateway
 
     try:
@@ -88,8 +91,12 @@ async def _trace(
         entry: FrameType | None = None
         task: asyncio.Task[Any] | None = None
 
+        all_calls = 0
+
         def profile(frame: FrameType, event: str, arg: Any) -> None:
-            nonlocal task, entry
+            nonlocal task, entry, all_calls
+            if entry is not None and event in ("call", "c_call"):
+                all_calls += 1
             if event != "call":
                 return
             module = _module_of(frame)
@@ -134,7 +141,7 @@ async def _trace(
                 assert r.status_code == 200, r.text
         await gateway.stop(0)
     stub.close()
-    return visits, calls, stage_calls, closers
+    return visits, calls, stage_calls, closers, all_calls
 
 
 def main() -> None:
@@ -143,7 +150,9 @@ def main() -> None:
     parser.add_argument("--cache-aware", action="store_true", help="a cache_aware route")
     parser.add_argument("--show", action="store_true", help="print the fresh calls in order")
     args = parser.parse_args()
-    visits, calls, stage_calls, closers = asyncio.run(_trace(args.stream, args.cache_aware))
+    visits, calls, stage_calls, closers, all_calls = asyncio.run(
+        _trace(args.stream, args.cache_aware)
+    )
     if args.show:
         print("\n".join(calls), file=sys.stderr)
     modules = sorted(set(visits))
@@ -159,6 +168,7 @@ def main() -> None:
                 "call_returns": len(calls) - len(set(calls)),
                 "stage_calls": stage_calls,
                 "closers": closers,
+                "all_calls": all_calls,
                 "module_names": modules,
             }
         )
