@@ -57,15 +57,18 @@ def _module_of(frame: FrameType) -> str | None:
     return name.removesuffix(".__init__")
 
 
-async def _trace(
-    stream: bool, cache_aware: bool
-) -> tuple[list[str], list[str], list[str], list[str], int]:
-    from kvroute.gateway.app import Gateway
-
+def _parse_config(text: str, path: str) -> Any:
     try:
         from kvroute.gateway.config.gateway import parse_config
     except ImportError:  # a tree from before gateway/config/ (to compare with)
         from kvroute.gateway.config import parse_config  # type: ignore[attr-defined,no-redef]
+    return parse_config(text, path)
+
+
+async def _trace(
+    stream: bool, cache_aware: bool
+) -> tuple[list[str], list[str], list[str], list[str], int]:
+    from kvroute.gateway.app import Gateway
 
     loop = asyncio.get_running_loop()
     stub = await loop.create_server(lambda: _StubProtocol(16, 0.0), "127.0.0.1", 0)
@@ -75,7 +78,7 @@ async def _trace(
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "gw.yaml"
         path.write_text(text)
-        gateway = Gateway(parse_config(text, str(path)), config_path=path)
+        gateway = Gateway(_parse_config(text, str(path)), config_path=path)
         gw_port = await gateway.start("127.0.0.1", 0)
         body = {
             "model": "m",

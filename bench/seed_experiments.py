@@ -20,7 +20,7 @@ every load (closed loop of 1 and of 4 users by default).
 Writes bench/seed_results/<workload>.json (kvroute.bench/1 results, every request),
 bench/seed_results/summary.json (the figures the write-up quotes, the machine and the
 load average around each workload) and the charts docs/img/seed-*.svg, drawn with
-kvroute's own report/svg.py. `--charts-only` redraws the charts from summary.json,
+kvroute's own report/charts/svg.py. `--charts-only` redraws the charts from summary.json,
 `--tables` prints the write-up's markdown tables from it.
 The write-up is docs/seed-experiments.md. These are CPU testbed measurements, not claims
 about GPUs.
@@ -55,7 +55,7 @@ from kvroute.engines.process import Lifetime  # noqa: E402
 from kvroute.engines.sglang_paths import sglang_python_path  # noqa: E402
 from kvroute.engines.state import StateDir  # noqa: E402
 from kvroute.engines.vllm_paths import vllm_python_path  # noqa: E402
-from kvroute.report.svg import Bars, bar_chart  # noqa: E402
+from kvroute.report.charts.svg import Bars, bar_chart  # noqa: E402
 
 ENGINES = ("llamacpp", "vllm", "sglang")
 WORKLOADS: dict[str, dict[str, str]] = {

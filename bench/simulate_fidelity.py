@@ -60,7 +60,7 @@ from kvroute.trace.readers import read_trace  # noqa: E402
 from kvroute.trace.records import Request, TextPrompt, TokenPrompt  # noqa: E402
 from kvroute.trace.tokenize import tokenize_requests  # noqa: E402
 from kvroute.validate.compare import compare  # noqa: E402
-from kvroute.validate.predict import Prediction, predict  # noqa: E402
+from kvroute.validate.predict import ModelReplay, predict  # noqa: E402
 from kvroute.validate.result import (  # noqa: E402
     EngineSetup,
     ResetOutcome,
@@ -419,7 +419,7 @@ async def run_one(
     requests: list[Request],
     ids: list[np.ndarray],
     concurrency: int,
-) -> tuple[ValidationResult, Prediction]:
+) -> tuple[ValidationResult, ModelReplay]:
     given = with_given(EngineSettings(), engine, given_from_argv(engine, argv))
     async with httpx.AsyncClient() as client:
         adapter = make_adapter(engine, url, client=client)
@@ -530,7 +530,7 @@ def serve_all(
     return rows
 
 
-def _save(stem: Path, r: ValidationResult, pred: Prediction) -> None:
+def _save(stem: Path, r: ValidationResult, pred: ModelReplay) -> None:
     opt = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
     stem.with_suffix(".json").write_bytes(orjson.dumps(r, option=opt))
     run = {

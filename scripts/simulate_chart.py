@@ -24,11 +24,11 @@ from rich.console import Console
 
 from kvroute.cache.capacity import DEFAULT_UTILIZATION
 from kvroute.cache.simulate import SimulateOptions, simulate
-from kvroute.cli.simulate_capacity import resolve_capacity
-from kvroute.cli.simulate_trace import ideal_cache, load_trace
+from kvroute.cli.simulate.capacity import resolve_capacity
+from kvroute.cli.simulate.trace import ideal_cache, load_trace
 from kvroute.errors import KvrouteError
-from kvroute.report.html import Chart
-from kvroute.report.simulate_page import simulation_page
+from kvroute.report.page.html import Chart
+from kvroute.report.simulate.page import simulation_page
 
 SECTION = "Hit ratio vs KV capacity"
 

@@ -16,9 +16,9 @@ from kvroute.analyze.run import analyze_requests
 from kvroute.gateway.config.traffic import TrafficConfig
 from kvroute.gateway.traffic.shape import TrafficShape
 from kvroute.report import fmt
-from kvroute.report.analyze_console import render_console
-from kvroute.report.analyze_page import analysis_page
-from kvroute.report.html import render_page
+from kvroute.report.analyze.console import render_console
+from kvroute.report.analyze.page import analysis_page
+from kvroute.report.page.html import render_page
 from kvroute.trace.readers import read_trace
 from kvroute.trace.records import Request, TokenPrompt
 from kvroute.trace.writer import TraceWriter, prompt_block_hashes

@@ -15,9 +15,9 @@ from rich.console import Console
 from kvroute.analyze.drift import DriftTracker
 from kvroute.analyze.result import AnalysisResult
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
-from kvroute.report.analyze_console import render_console
-from kvroute.report.analyze_page import analysis_page
-from kvroute.report.html import render_page
+from kvroute.report.analyze.console import render_console
+from kvroute.report.analyze.page import analysis_page
+from kvroute.report.page.html import render_page
 from kvroute.trace.readers import read_trace
 from kvroute.trace.records import Request, TokenPrompt
 from kvroute.trace.writer import TraceWriter

@@ -71,7 +71,7 @@ def test_reuse_time_bins_are_round_1_2_5_edges() -> None:
 
     from kvroute.analyze.reuse import _log_hist
     from kvroute.report import fmt
-    from kvroute.report.svg import bin_labels
+    from kvroute.report.charts.svg import bin_labels
 
     edges, counts = _log_hist(np.array([0.00012, 0.003, 0.04, 0.9]))
     assert edges[:4] == [0.0001, 0.0002, 0.0005, 0.001] and sum(counts) == 4
@@ -83,7 +83,7 @@ def test_reuse_time_bins_past_a_minute_are_clock_steps() -> None:
 
     from kvroute.analyze.reuse import _log_hist
     from kvroute.report import fmt
-    from kvroute.report.svg import bin_labels
+    from kvroute.report.charts.svg import bin_labels
 
     edges, counts = _log_hist(np.array([0.5, 30.0, 90.0, 400.0, 2000.0]))
     assert sum(counts) == 5

@@ -14,7 +14,7 @@ from kvroute.bench.result import load_result
 from kvroute.cli import main
 
 ENTRY = (
-    "kvroute.cli.bench",
+    "kvroute.cli.bench.command",
     "bench_group",
     "Benchmark endpoints with workload-shaped load, side by side.",
 )
@@ -266,7 +266,7 @@ def test_compare_refuses_different_experiments_unless_forced(
 def test_unsent_and_cut_requests_are_not_counted_as_errors(cli: CliRunner, tmp_path: Path) -> None:
     import dataclasses
 
-    from kvroute.report.bench_rows import RUN_HEADERS, error_lines, run_row
+    from kvroute.report.bench.rows import RUN_HEADERS, error_lines, run_row
 
     path = tmp_path / "a.json"
     _small_result(cli, path)

@@ -13,9 +13,9 @@ from kvroute.cache.result import SimulationResult
 from kvroute.cache.saturation import judge_saturation
 from kvroute.cache.simulate import SimulateOptions, TraceSource, simulate
 from kvroute.cache.timing import TimingOptions
-from kvroute.report.html import render_page
-from kvroute.report.simulate_console import render_console
-from kvroute.report.simulate_page import simulation_page
+from kvroute.report.page.html import render_page
+from kvroute.report.simulate.console import render_console
+from kvroute.report.simulate.page import simulation_page
 from kvroute.trace.records import Request, TokenPrompt
 
 

@@ -204,3 +204,17 @@ def test_html_report_leads_with_the_verdict_and_shows_the_split(tmp_path: Path) 
         assert f"vllm · {part}:" in page  # one stacked segment per part, with its tooltip
     assert page.count("<svg") >= 4  # the split and the TTFT/TPOT/E2E distributions
     assert "SATURATED" in page
+
+
+def test_a_kv_bound_vllm_run_says_requests_were_preempted(tmp_path: Path) -> None:
+    # 8 clients x (1000 + 799) tokens at their ends need ~14.4 k tokens of KV; an 8 k pool
+    # admits on the prompts and preempts as the decodes grow.
+    out = tmp_path / "p.json"
+    args = [*BASE, "--workload", "fixed:isl=1000,osl=800,n=16", "--concurrency", "8"]
+    code, _, _ = _run([*args, "--capacity-tokens", "8000", "--json", str(out)])
+    assert code == 0
+    notes = json.loads(out.read_text())["notes"]
+    assert any("were preempted when KV blocks ran out" in n for n in notes), notes
+    code, _, _ = _run([*args, "--json", str(out)])
+    assert code == 0
+    assert not any("preempted" in n for n in json.loads(out.read_text())["notes"])

@@ -43,6 +43,8 @@ def _calibrate_then_validate(url: str, setting: list[str], dtype: str, tmp_path:
     doc = json.loads(cal.read_text())
     assert doc["source"] == "calibrate" and doc["engine"] == setting[1]
     assert doc["num_points"] >= 8 and len(doc["samples"]) == 10
+    # two rounds of the same probes (the default --repeats 2) never time exactly alike
+    assert doc["repeat_sigma"]["ttft"] > 0 and doc["repeat_sigma"]["tpot"] > 0
     out = tmp_path / "p.json"
     r = runner.invoke(
         build_cli(),

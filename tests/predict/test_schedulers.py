@@ -38,7 +38,10 @@ class _View:
     def num_waiting(self) -> int:
         return len(self.waiting)
 
-    def admit_next(self) -> Prefilling | None:
+    def reserve(self, chunks: Sequence[tuple[int, int]]) -> tuple[Sequence[tuple[int, int]], bool]:
+        return chunks, False
+
+    def admit_next(self, max_new_tokens: int | None = None) -> Prefilling | None:
         if not self.waiting or self.room == 0:
             return None
         self.room -= 1

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from kvroute.cli.console import make_console
 from kvroute.report.console_fit import Parts, Prose, fit_columns, natural_width
 
 VALUES = [
@@ -76,11 +75,3 @@ def test_fit_columns_leaves_whole_columns_out_and_keeps_the_essential_ones() -> 
         assert all(v in text for v in ["58 min 57 s", "1 h 02 min", "2 h 03 min"][: kept - 2])
         assert "…" not in text and len(text.splitlines()) == 2  # header and row, nothing cut
     assert fit_columns(Console(width=full), _table, range(6), essential=2)[1] == []
-
-
-def test_a_command_console_prints_plain_strings_as_prose() -> None:
-    buf = io.StringIO()
-    console = make_console(file=buf, width=24)
-    console.print("a queue that waits 58 min 57 s at p90")
-    out = buf.getvalue().splitlines()
-    assert any("58 min 57 s" in line for line in out), out

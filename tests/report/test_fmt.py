@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvroute.cli.simulate_capacity import parse_tokens
+from kvroute.cli.simulate.capacity import parse_tokens
 from kvroute.report import fmt
 
 

@@ -15,7 +15,7 @@ from kvroute.engines.vllm import VllmAdapter
 from kvroute.errors import InputError
 from kvroute.trace.records import BlockPrompt, ChatPrompt, Request, TextPrompt, TokenPrompt
 from kvroute.validate.bodies import read_answer, request_body
-from kvroute.validate.result import Answer, Endpoint, Served
+from kvroute.validate.result import Answer, CompletionPath, Served
 
 
 def test_request_bodies_per_endpoint_and_engine() -> None:
@@ -23,13 +23,17 @@ def test_request_bodies_per_endpoint_and_engine() -> None:
         prompt=ChatPrompt([{"role": "user", "content": "hi"}], tools=[{"type": "function"}])
     )
     endpoint, body = request_body(chat, engine="llamacpp", model="m", max_tokens=8)
-    assert endpoint is Endpoint.CHAT
+    assert endpoint is CompletionPath.CHAT
     assert body["max_tokens"] == 8 and body["temperature"] == 0.0 and body["tools"]
     assert body["cache_prompt"] is True and body["return_tokens"] is True
     endpoint, body = request_body(
         Request(prompt=TextPrompt("x")), engine="vllm", model="m", max_tokens=2
     )
-    assert endpoint is Endpoint.COMPLETIONS and body["prompt"] == "x" and body["return_token_ids"]
+    assert (
+        endpoint is CompletionPath.COMPLETIONS
+        and body["prompt"] == "x"
+        and body["return_token_ids"]
+    )
     toks = Request(prompt=TokenPrompt(np.array([5, 6], dtype=np.uint32)))
     assert request_body(toks, engine="vllm", model="m", max_tokens=1)[1]["prompt"] == [5, 6]
     blocks = Request(prompt=BlockPrompt(np.array([1], dtype=np.uint64), 16, 16))

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from kvroute.cache.registry import EngineSettings
-from kvroute.cli.simulate_output import json_bytes
+from kvroute.cli.simulate.output import json_bytes
 from kvroute.validate.compare import compare
 from kvroute.validate.predict import predict
 from kvroute.validate.result import EngineSetup, ResetOutcome, RunInfo, RunShape, Served

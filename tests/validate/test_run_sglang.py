@@ -37,7 +37,7 @@ from kvroute.engines.vllm_paths import vllm_model_dir
 from kvroute.trace.records import ChatPrompt, Request, TextPrompt, TokenPrompt
 from kvroute.trace.tokenize import tokenize_requests
 from kvroute.types import TokenIds
-from kvroute.validate.predict import Prediction
+from kvroute.validate.predict import ModelReplay
 from kvroute.validate.result import ResetOutcome, ValidateOptions, ValidationResult
 from kvroute.validate.run import validate
 from kvroute.validate.serve import http_post
@@ -126,10 +126,10 @@ def _requests(records: list[dict[str, Any]]) -> tuple[list[Request], list[TokenI
 
 def _validate(
     server: EngineRecord, records: list[dict[str, Any]], concurrency: int
-) -> tuple[ValidationResult, Prediction]:
+) -> tuple[ValidationResult, ModelReplay]:
     originals, ids = _requests(records)
 
-    async def run() -> tuple[ValidationResult, Prediction]:
+    async def run() -> tuple[ValidationResult, ModelReplay]:
         async with httpx.AsyncClient() as client:
             url = server.base_url
             return await validate(

@@ -12,12 +12,12 @@ import pytest
 
 from kvroute.errors import EngineError
 from kvroute.types import JSONValue
-from kvroute.validate.result import Answer, Endpoint
+from kvroute.validate.result import Answer, CompletionPath
 from kvroute.validate.serve import Post, serve
 
 
-def _work(n: int) -> list[tuple[Endpoint, dict[str, JSONValue]]]:
-    return [(Endpoint.COMPLETIONS, {"prompt": str(i)}) for i in range(n)]
+def _work(n: int) -> list[tuple[CompletionPath, dict[str, JSONValue]]]:
+    return [(CompletionPath.COMPLETIONS, {"prompt": str(i)}) for i in range(n)]
 
 
 class Engine:
@@ -30,7 +30,7 @@ class Engine:
         self.running = 0
         self.most_running = 0
 
-    async def post(self, endpoint: Endpoint, body: dict[str, JSONValue]) -> Mapping[str, Any]:
+    async def post(self, endpoint: CompletionPath, body: dict[str, JSONValue]) -> Mapping[str, Any]:
         i = int(str(body["prompt"]))
         self.sends.append((time.monotonic(), i))
         if i == self.fail_index:

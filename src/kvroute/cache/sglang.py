@@ -21,8 +21,13 @@ requests, in-batch prefix deprioritisation):
   puts requests that share a long prefix with an earlier waiting one last, and falls back
   to FCFS when more than 128 wait.
 
-Deviations: the prompt is inserted when the request starts rather than when its prefill
-batch ends, so a request arriving during that prefill already hits it. Memory for the
+Deviations: :meth:`~SglangPrefixCache.pin` (the cache replay, which has no engine steps)
+inserts the prompt when the request starts rather than when its prefill batch ends, so a
+request arriving during that prefill already hits it; the latency replay pins with
+:meth:`~SglangPrefixCache.pin_deferred` and inserts at the end of the prefill batch
+(:meth:`~SglangPrefixCache.prefilled`), so requests prefilled together do not hit each
+other. A chunked prompt enters the tree when its last chunk is done (SGLang inserts each
+chunk). Memory for the
 output is taken at start (SGLang reserves an estimate and retracts when short). Chunked
 prefill, retraction, HiCache and the C++ tree are not modelled.
 """
@@ -134,6 +139,26 @@ class SglangPrefixCache:
         return self._hit(seq, seq.key_list())[1]
 
     def pin(self, request_id: int, seq: CacheSeq, final_tokens: int) -> Admission:
+        adm = self._reserve(request_id, seq, final_tokens)
+        if adm.status is AdmitStatus.ADMITTED:
+            self.prefilled(request_id, seq)
+            self._note_peak()
+        return adm
+
+    def pin_deferred(self, request_id: int, seq: CacheSeq, final_tokens: int) -> Admission:
+        """:meth:`pin` without the prompt entering the tree: the latency replay calls
+        :meth:`prefilled` at the end of the prefill batch, as SGLang does (requests
+        prefilled in one batch cannot hit each other's prompts)."""
+        adm = self._reserve(request_id, seq, final_tokens)
+        if adm.status is AdmitStatus.ADMITTED:
+            self._note_peak()
+        return adm
+
+    def _note_peak(self) -> None:
+        self._peak_pinned = max(self._peak_pinned, self._tree.protected_units + self._owned)
+
+    def _reserve(self, request_id: int, seq: CacheSeq, final_tokens: int) -> Admission:
+        """Admission: lock the hit, take memory for the rest of the final sequence."""
         if request_id in self._running:
             raise ValueError(f"request {request_id} is already running")
         total = seq.units_for_total(final_tokens)
@@ -165,16 +190,24 @@ class SglangPrefixCache:
         if need > free:
             self._evict_units(need)
         self._owned += need
-        # cache_unfinished_req: the prompt's keyed units enter the tree; copies of units
-        # that were already there are freed.
-        # The lock moves from ``node`` down to ``last``: ``node``'s path is locked already,
-        # so inc_lock(last) + dec_lock(node) only changes the nodes below ``node``.
-        last, _present = tree.insert(node, keys, lock_units, lock_from=node)
-        self._owned -= seq.num_keys - lock_units
-        self._running[request_id] = _Running(last, seq.num_keys, total - seq.num_keys)
-        pinned = tree.protected_units + self._owned
-        self._peak_pinned = max(self._peak_pinned, pinned)
+        self._running[request_id] = _Running(node, lock_units, need)
         return self._admitted[hit]
+
+    def prefilled(self, request_id: int, seq: CacheSeq) -> None:
+        """``cache_unfinished_req`` once ``seq`` (the prompt ``request_id`` was pinned
+        with) is computed: its keyed units enter the tree; copies of units that were
+        already there are freed."""
+        run = self._running[request_id]
+        n = seq.num_keys
+        if n <= run.depth:
+            return
+        # The lock moves from ``run.node`` down to ``last``: that path is locked already,
+        # so inc_lock(last) + dec_lock(node) only changes the nodes below it.
+        last, _present = self._tree.insert(run.node, seq.key_list(), run.depth, lock_from=run.node)
+        self._owned -= n - run.depth
+        run.owned -= n - run.depth
+        run.node = last
+        run.depth = n
 
     def _evict_units(self, units: int) -> int:
         evicted, nodes = self._tree.evict(units)

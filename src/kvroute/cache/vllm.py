@@ -17,11 +17,20 @@ vllm-project/vllm ``vllm/v1/core/kv_cache_manager.py`` @003df29, ``block_pool.py
   reverse order, so a sequence's tail blocks go before its head.
 - Prompt blocks are cached when allocated; blocks filled by generated tokens are cached too.
 
+Two ways to hold a request's memory. :meth:`~VllmPrefixCache.pin` takes all of it (prompt
+and output) when the request starts: the cache replay (:mod:`kvroute.cache.replay`) has no
+engine steps. The latency replay (:mod:`kvroute.predict.replay`) steps like vLLM instead
+(``Scheduler.schedule`` in ``vllm/v1/core/sched/scheduler.py`` and
+``KVCacheManager.allocate_slots``, main @00024d3, the same since v0.8):
+:meth:`~VllmPrefixCache.pin_steps` takes the hit plus the first scheduled chunk,
+:meth:`~VllmPrefixCache.grow` the slots of each later chunk or decoded token, refusing when
+the free queue is short (``num_blocks_to_allocate > get_num_free_blocks()``), and
+:meth:`~VllmPrefixCache.preempt` frees a preempted request's blocks (``kv_cache_manager.free``:
+recompute preemption, its full blocks stay cached for its return).
+
 Deviations, all at the hash level: a block that is recomputed although its hash is cached
 (the ``L - 1`` cap) is modelled as an uncached duplicate, where vLLM keeps a second cached
-copy. Memory for a request's output is taken when it starts (vLLM grows it during decode
-and preempts when short; the replay has no decode steps). Chunked prefill, preemption,
-sliding-window and hybrid models are not modelled.
+copy. Sliding-window and hybrid models are not modelled.
 
 Layout, as in vLLM: block objects with a reference count, the hash they hold (``None``:
 none) and links in a doubly linked free queue (a sentinel block closes the ring), plus a
@@ -54,6 +63,13 @@ from kvroute.cache.invariants import vllm_invariants
 from kvroute.cache.shared import Admitted, check
 
 _UNBOUNDED = 1 << 62
+
+
+def _units_at(seq: CacheSeq, num_tokens: int) -> int:
+    """Blocks that the first ``num_tokens`` tokens of ``seq``, grown past its end, take."""
+    if num_tokens >= seq.num_tokens:
+        return seq.units_for_total(num_tokens)
+    return min(-(-num_tokens // seq.unit_tokens), seq.num_units)
 
 
 class _Block:
@@ -103,7 +119,10 @@ class VllmPrefixCache:
         """Blocks :meth:`evict` emptied: taken like never-used ones, before the queue."""
         self._cached: dict[object, _Block] = {}
         self._held: dict[int, tuple[list[_Block], int]] = {}
-        """Request id -> (its blocks in order, how many hold prompt hashes)."""
+        """Request id -> (its blocks in order, how many leading ones were hashed)."""
+        self._stepping: dict[int, tuple[CacheSeq, CacheSeq]] = {}
+        """Requests started by :meth:`pin_steps`: the sequence they started with, and their
+        final one."""
         self._num_queued = 0
         self._num_pinned = 0
         self._num_cached_free = 0
@@ -201,19 +220,41 @@ class VllmPrefixCache:
             blk.parent_gen = parent.gen
 
     def pin(self, request_id: int, seq: CacheSeq, final_tokens: int) -> Admission:
-        held = self._held
-        if request_id in held:
+        if request_id in self._held:
             raise ValueError(f"request {request_id} is already running")
         total = seq.units_for_total(final_tokens)
         if self._num_blocks is not None and total > self._num_blocks:
             return TOO_LARGE
+        return self._start(request_id, seq, total, seq.num_tokens)
+
+    def pin_steps(
+        self, request_id: int, seq: CacheSeq, final: CacheSeq, max_new_tokens: int
+    ) -> Admission:
+        """Start ``request_id`` the way vLLM schedules a waiting request: its hit plus
+        slots for its next ``max_new_tokens`` tokens of ``seq`` (the prompt, or after a
+        preemption the prompt and the tokens generated so far). ``final`` is the request's
+        final sequence: :meth:`grow` caches its blocks as they fill, and a request whose
+        final sequence can never fit is ``TOO_LARGE``. Later slots come from :meth:`grow`."""
+        if request_id in self._held:
+            raise ValueError(f"request {request_id} is already running")
+        if self._num_blocks is not None and final.num_units > self._num_blocks:
+            return TOO_LARGE
+        upto = min(seq.num_tokens, self.match(seq) + max(max_new_tokens, 0))
+        adm = self._start(request_id, seq, _units_at(seq, upto), upto)
+        if adm.status is AdmitStatus.ADMITTED:
+            self._stepping[request_id] = (seq, final)
+        return adm
+
+    def _start(self, request_id: int, seq: CacheSeq, total: int, upto: int) -> Admission:
+        """Pin the hit and ``total`` blocks in all; cache the prompt blocks that the first
+        ``upto`` tokens fill. ``NO_ROOM`` (nothing changes) when the blocks are short."""
+        held = self._held
         if len(held) >= self.config.max_num_seqs:
             return NO_ROOM
         cached = self._cached
         unit = self._unit
-        num_tokens = seq.num_tokens
         n_keys = seq.num_keys
-        limit = max(0, min(n_keys, (num_tokens - 1) // unit))
+        limit = max(0, min(n_keys, (seq.num_tokens - 1) // unit))
         if seq is self._memo_seq and limit == self._memo_limit:
             blocks = self._memo_run.copy()
         else:
@@ -224,7 +265,7 @@ class VllmPrefixCache:
             if blk.ref == 0:
                 queued += 1
         m = len(blocks)
-        new = total - m
+        new = max(total - m, 0)
         if new > self._num_fresh() + self._num_queued - queued:
             return NO_ROOM
         # touch: reference counts go up; hits with count 0 leave the free queue
@@ -243,7 +284,7 @@ class VllmPrefixCache:
         # Only the block after a capped hit can already be cached (the L - 1 cap): vLLM
         # recomputes it into a duplicate block, modelled as uncached. A prompt block whose
         # hash another block already holds stays uncached the same way.
-        own_end = min(n_keys, num_tokens // unit)
+        own_end = min(n_keys, upto // unit, len(blocks))
         new_keys: list[object] = seq.keys[m:own_end].tolist() if own_end > m else []
         for i in range(m, own_end):
             h = new_keys[i - m]
@@ -255,6 +296,59 @@ class VllmPrefixCache:
         self._peak_pinned = max(self._peak_pinned, self._num_pinned)
         held[request_id] = (blocks, max(own_end, m))
         return self._admitted[m * unit]
+
+    def grow(self, request_id: int, num_tokens: int) -> bool:
+        """Slots for the first ``num_tokens`` tokens of a request started by
+        :meth:`pin_steps` (``allocate_slots`` for its next chunk or decoded token), and
+        the hashes of the blocks those tokens fill. ``False``, with nothing changed, when
+        the free queue (empty and evictable blocks) is short: the caller preempts."""
+        blocks, hashed = self._held[request_id]
+        seq, final = self._stepping[request_id]
+        new = _units_at(seq, num_tokens) - len(blocks)
+        if new > 0:
+            if new > self._num_fresh() + self._num_queued:
+                return False
+            self._memo_seq = None
+            self._allocate(new, blocks)
+            self._num_pinned += new
+            self._peak_pinned = max(self._peak_pinned, self._num_pinned)
+        full = min(final.num_keys, num_tokens // self._unit, len(blocks))
+        if full > hashed:
+            cached = self._cached
+            fkeys: list[object] = final.keys[hashed:full].tolist()
+            for i in range(hashed, full):
+                blk = blocks[i]
+                if blk.key is None:
+                    h = fkeys[i - hashed]
+                    if cached.setdefault(h, blk) is blk:
+                        blk.key = h
+                        self._link(blk, blocks, i)
+            self._held[request_id] = (blocks, full)
+        return True
+
+    def room_tokens(self, request_id: int) -> int:
+        """Tokens a request started by :meth:`pin_steps` has slots for now."""
+        blocks, _ = self._held[request_id]
+        seq, _ = self._stepping[request_id]
+        n = len(blocks)
+        u = self._unit
+        if seq.num_keys * u > seq.num_tokens and n >= seq.num_units:
+            return seq.num_tokens + (n - seq.num_units) * u  # output starts a new block
+        return n * u
+
+    def free_blocks(self) -> int:
+        """Blocks an allocation may take now: empty ones and evictable cached ones."""
+        return self._num_fresh() + self._num_queued
+
+    def preempt(self, request_id: int, num_computed: int) -> None:
+        """Free a running request's blocks (recompute preemption). The blocks its first
+        ``num_computed`` tokens fill are cached first (vLLM caches a block once full), so
+        its return can hit them while they stay in the free queue."""
+        self._memo_seq = None
+        self.grow(request_id, min(num_computed, self.room_tokens(request_id)))
+        blocks, _ = self._held.pop(request_id)
+        self._stepping.pop(request_id, None)
+        self._free(blocks)
 
     def _allocate(self, n: int, out: list[_Block]) -> None:
         """Append ``n`` blocks with reference count 1 to ``out``: spare and never-used
@@ -302,6 +396,7 @@ class VllmPrefixCache:
     def unpin(self, request_id: int, final: CacheSeq) -> None:
         self._memo_seq = None
         blocks, start = self._held.pop(request_id)
+        self._stepping.pop(request_id, None)
         cached = self._cached
         n_full = min(final.num_keys, final.num_tokens // self._unit, len(blocks))
         if n_full > start:
@@ -314,8 +409,11 @@ class VllmPrefixCache:
                     if cached.setdefault(h, blk) is blk:
                         blk.key = h
                         self._link(blk, blocks, i)
-        # A sequence's tail goes to the queue first (evicted first); blocks that other
-        # requests still hold only lose a reference.
+        self._free(blocks)
+
+    def _free(self, blocks: list[_Block]) -> None:
+        """Drop a request's references. A sequence's tail goes to the queue first (evicted
+        first); blocks that other requests still hold only lose a reference."""
         queue = self._queue
         freed = 0
         freed_cached = 0

@@ -192,7 +192,7 @@ def analyze_cmd(
         skipped = stats.skipped_text(str(source.path), source.name)
     _warn_tokenizer_mismatch(result)
     if not quiet:
-        from kvroute.report.analyze_console import render_console
+        from kvroute.report.analyze.console import render_console
 
         render_console(result, console, show_text=not no_text)
         if skipped is not None:
@@ -203,7 +203,7 @@ def analyze_cmd(
         if json_path != STDOUT and not quiet:
             console.print(f"wrote {json_path}")
     if html_path is not None:
-        from kvroute.report.analyze_page import analysis_page
+        from kvroute.report.analyze.page import analysis_page
 
         emit_page(html_path, analysis_page(result, datetime.now(UTC)))
         if html_path != STDOUT and not quiet:

@@ -1,6 +1,9 @@
 """``kvroute calibrate``: run the microbenchmark on a live engine, fit the step-time
 coefficients (non-negative, through the replay of each probe), bootstrap them, and write
-a calibration JSON for ``kvroute predict --calibration``."""
+a calibration JSON for ``kvroute predict --calibration``. With ``--repeats N`` the whole
+microbenchmark is served N times in a row; each probe is fitted at the median of its
+repeats, and the spread between repeats (the machine's drift) is recorded for the
+intervals."""
 
 from __future__ import annotations
 
@@ -17,9 +20,9 @@ from kvroute.cache.registry import EngineSettings
 from kvroute.cache.vllm import VllmConfig
 from kvroute.cli.console import make_console
 from kvroute.cli.files import emit
-from kvroute.cli.predict_live import serve_fixed
+from kvroute.cli.predict.live import serve_fixed
 from kvroute.errors import EngineError
-from kvroute.predict.calibration import Calibration
+from kvroute.predict.calibration import Calibration, repeat_spread
 from kvroute.predict.engine import ENGINES, EngineFlags
 from kvroute.predict.fit import RunPoint, bootstrap, fit, relative_errors, usable
 from kvroute.predict.hardware import hardware_for, model_cost
@@ -50,6 +53,13 @@ MIN_PROBES = 4
 @click.option(
     "--max-batch", type=int, default=4, show_default=True, help="Most concurrent probe clients."
 )
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Serve the whole microbenchmark this many times (its spread widens the intervals).",
+)
 @click.option("--engine-version", help="Recorded in the calibration.")
 @click.option("--engine-flag", "engine_flags", multiple=True, help="Recorded (repeat).")
 @click.option("--samples", type=int, default=40, show_default=True, help="Bootstrap refits.")
@@ -73,6 +83,7 @@ def calibrate_cmd(
     max_num_seqs: int,
     max_isl: int,
     max_batch: int,
+    repeats: int,
     engine_version: str | None,
     engine_flags: tuple[str, ...],
     samples: int,
@@ -92,15 +103,31 @@ def calibrate_cmd(
         )
     )
     console = make_console(stderr=True)
-    points = []
-    for i, probe in enumerate(microbenchmark(max_isl=max_isl, max_batch=max_batch)):
-        with console.status(f"probe {probe.label}"):
-            got = serve_fixed(
-                url, engine, probe.workload, concurrency=probe.concurrency, seed=seed + i
+    probes = microbenchmark(max_isl=max_isl, max_batch=max_batch)
+    # Whole rounds, not each probe N times back to back: a slow spell on a shared
+    # machine then shows as a spread between rounds instead of hiding inside one probe.
+    ttfts: list[list[float]] = [[] for _ in probes]
+    tpots: list[list[float]] = [[] for _ in probes]
+    for r in range(repeats):
+        for i, probe in enumerate(probes):
+            tag = f" (repeat {r + 1}/{repeats})" if repeats > 1 else ""
+            with console.status(f"probe {probe.label}{tag}"):
+                got = serve_fixed(
+                    url,
+                    engine,
+                    probe.workload,
+                    concurrency=probe.concurrency,
+                    seed=seed + i + r * len(probes),
+                )
+            ttft = float(np.nanmedian(got.ttft_s))
+            tpot = float(np.nanmedian(got.tpot_s))
+            console.print(
+                f"{probe.label}{tag}: TTFT p50 {ttft * 1e3:.1f} ms, TPOT p50 {tpot * 1e3:.2f} ms"
             )
-        ttft = float(np.nanmedian(got.ttft_s))
-        tpot = float(np.nanmedian(got.tpot_s))
-        console.print(f"{probe.label}: TTFT p50 {ttft * 1e3:.1f} ms, TPOT p50 {tpot * 1e3:.2f} ms")
+            ttfts[i].append(ttft)
+            tpots[i].append(tpot)
+    points = []
+    for i, probe in enumerate(probes):
         w = probe.workload
         points.append(
             RunPoint(
@@ -112,11 +139,16 @@ def calibrate_cmd(
                 isl=w.isl,
                 osl=w.osl,
                 concurrency=probe.concurrency,
-                ttft_s=ttft,
-                tpot_s=tpot,
+                ttft_s=float(np.nanmedian(ttfts[i])),
+                tpot_s=float(np.nanmedian(tpots[i])),
                 prefix_tokens=w.prefix_tokens,
                 num_requests=w.num_requests,
             )
+        )
+    drift_ttft, drift_tpot = repeat_spread(ttfts), repeat_spread(tpots)
+    if repeats > 1:
+        console.print(
+            f"repeat-to-repeat spread (log sd): TTFT {drift_ttft:.3f}, TPOT {drift_tpot:.3f}"
         )
     kept = [p for p in points if usable(p)]
     for p in points:
@@ -143,12 +175,14 @@ def calibrate_cmd(
         samples=tuple(draws),
         sigma_ttft=result.sigma_ttft,
         sigma_tpot=result.sigma_tpot,
+        repeat_sigma_ttft=drift_ttft,
+        repeat_sigma_tpot=drift_tpot,
         source="calibrate",
         engine_version=engine_version,
         engine_flags=engine_flags,
         machine=f"{platform.node()} ({platform.machine()}, {platform.processor() or 'cpu'})",
         model=shape.name,
         num_points=len(points),
-        notes=(f"kvroute calibrate against {url}",),
+        notes=(f"kvroute calibrate against {url}, {repeats} repeat(s)",),
     )
     emit(out_path, orjson.dumps(cal.to_json(), option=orjson.OPT_INDENT_2) + b"\n")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kvroute.errors import KvrouteError, UsageError
 from kvroute.output_file import own_stream_fd, write_all, write_output
-from kvroute.report.html import Page, render_page
+from kvroute.report.page.html import Page, render_page
 
 STDOUT = Path("-")
 """The output path meaning "standard output", where a command documents it."""

@@ -123,7 +123,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Write an anonymized hash-only copy of a trace, keyed by a secret key file.",
     ),
     "simulate": (
-        "kvroute.cli.simulate",
+        "kvroute.cli.simulate.command",
         "simulate_cmd",
         "Predict what llama.cpp, vLLM and SGLang would cache on a trace, at a KV capacity.",
     ),
@@ -133,7 +133,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "List the model and GPU presets simulate sizes the KV pool from.",
     ),
     "predict": (
-        "kvroute.cli.predict",
+        "kvroute.cli.predict.command",
         "predict_cmd",
         "Predict TTFT, TPOT and E2E per engine for a trace or a synthetic load, on a GPU.",
     ),
@@ -143,12 +143,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Fit the latency predictor's step-time coefficients on a live engine.",
     ),
     "advise": (
-        "kvroute.cli.advise",
+        "kvroute.cli.advise.command",
         "advise_cmd",
         "Advise an engine per workload class, its flags, a gateway config and alerts.",
     ),
     "bench": (
-        "kvroute.cli.bench",
+        "kvroute.cli.bench.command",
         "bench_group",
         "Benchmark endpoints with workload-shaped load, side by side.",
     ),

@@ -51,10 +51,21 @@ class EngineView(Protocol):
     @property
     def num_waiting(self) -> int: ...
 
-    def admit_next(self) -> Prefilling | None:
+    def admit_next(self, max_new_tokens: int | None = None) -> Prefilling | None:
         """Start the waiting request the cache model would start next (pinning its KV),
         appended to :attr:`prefilling`; ``None`` when the queue is empty or its head does
-        not fit now. Mutates."""
+        not fit now. Mutates. ``max_new_tokens``: the chunk it gets this step, where the
+        cache model takes memory step by step (vLLM: the hit plus that chunk must fit)."""
+        ...
+
+    def reserve(self, chunks: Sequence[tuple[int, int]]) -> tuple[Sequence[tuple[int, int]], bool]:
+        """Memory for this step's running work: ``chunks`` (as in :class:`StepPlan`) and
+        one token per decoding request, taken in start order. Where the cache model
+        takes memory step by step and the free blocks fall short, the newest running
+        request is preempted (recompute: its memory freed, back to the queue's head)
+        until the rest fits, as vLLM V1 does. Returns the chunks that still run and
+        whether any request was preempted. Other cache models took all memory at
+        start: ``chunks`` unchanged and ``False``."""
         ...
 
 

@@ -3,14 +3,17 @@
 A calibration comes from ``kvroute calibrate`` (a microbenchmark on a live engine), from
 the public GPU runs (``bench/predict_gpu_runs.py``), or is a shipped *prior* (``priors.json``
 next to this module: the GPU-run fits). It holds the point fit, bootstrap draws of it (the
-fit's uncertainty) and the log-residual spread of the fit (what the basis cannot
-explain), both of which become the prediction's intervals. Schema: docs/predict.md.
+fit's uncertainty), the log-residual spread of the fit (what the basis cannot explain)
+and, where the calibration served its probes more than once, their repeat-to-repeat
+spread (the machine's own drift between identical runs); all of them become the
+prediction's intervals. Schema: docs/predict.md.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -35,6 +38,9 @@ class Calibration:
     sigma_ttft: float = 0.0
     """Standard deviation of log(measured / predicted) TTFT over the fit's points."""
     sigma_tpot: float = 0.0
+    repeat_sigma_ttft: float = 0.0
+    """Pooled standard deviation of log TTFT p50 between repeats of the same probe."""
+    repeat_sigma_tpot: float = 0.0
     source: str = "calibrate"
     engine_version: str | None = None
     engine_flags: tuple[str, ...] = ()
@@ -57,9 +63,18 @@ class Calibration:
             "coefficients": list(self.coefficients),
             "samples": [list(s) for s in self.samples],
             "residual_sigma": {"ttft": self.sigma_ttft, "tpot": self.sigma_tpot},
+            "repeat_sigma": {"ttft": self.repeat_sigma_ttft, "tpot": self.repeat_sigma_tpot},
             "num_points": self.num_points,
             "notes": list(self.notes),
         }
+
+    def interval_sigma(self) -> tuple[float, float]:
+        """Log-normal spread of (TTFT, TPOT) for the intervals: the fit's residual and
+        the repeat-to-repeat drift, independent, so their variances add."""
+        return (
+            math.hypot(self.sigma_ttft, self.repeat_sigma_ttft),
+            math.hypot(self.sigma_tpot, self.repeat_sigma_tpot),
+        )
 
     def as_prior(self, engine: str, hardware: str, why: str) -> Calibration:
         """This calibration standing in for ``engine`` on ``hardware``, with wider spreads."""
@@ -70,6 +85,8 @@ class Calibration:
             samples=self.samples,
             sigma_ttft=max(self.sigma_ttft * PRIOR_WIDENING, PRIOR_FLOOR_SIGMA),
             sigma_tpot=max(self.sigma_tpot * PRIOR_WIDENING, PRIOR_FLOOR_SIGMA),
+            repeat_sigma_ttft=self.repeat_sigma_ttft,
+            repeat_sigma_tpot=self.repeat_sigma_tpot,
             source="prior",
             engine_version=self.engine_version,
             engine_flags=self.engine_flags,
@@ -93,6 +110,35 @@ def _vector(value: Any, where: str, path: str) -> tuple[float, ...]:
     return out
 
 
+def _sigmas(raw: Any, where: str, path: str) -> dict[str, float]:
+    """``{"ttft": s, "tpot": s}`` (each a number >= 0, 0 when absent)."""
+    if not isinstance(raw, dict):
+        raise InputError("expected an object", path=path, field=where)
+    out = {}
+    for key in ("ttft", "tpot"):
+        v = raw.get(key, 0.0)
+        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < math.inf:
+            raise InputError("expected a number >= 0", path=path, field=f"{where}.{key}")
+        out[key] = float(v)
+    return out
+
+
+def repeat_spread(repeats: Sequence[Sequence[float]]) -> float:
+    """Pooled standard deviation of log values between repeats of the same probe:
+    ``repeats[i]`` holds probe ``i``'s measurement once per repeat (non-positive or
+    non-finite ones are left out). 0 when no probe has two usable repeats."""
+    num = 0.0
+    dof = 0
+    for values in repeats:
+        logs = [math.log(v) for v in values if math.isfinite(v) and v > 0]
+        if len(logs) < 2:
+            continue
+        mean = sum(logs) / len(logs)
+        num += sum((x - mean) ** 2 for x in logs)
+        dof += len(logs) - 1
+    return math.sqrt(num / dof) if dof else 0.0
+
+
 def calibration_from_json(raw: Any, *, path: str = "<calibration>") -> Calibration:
     """Validate and read a calibration document; ``InputError`` names the field."""
     if not isinstance(raw, dict):
@@ -112,14 +158,8 @@ def calibration_from_json(raw: Any, *, path: str = "<calibration>") -> Calibrati
     if not isinstance(samples, list):
         raise InputError("expected a list", path=path, field="samples")
     sigma = raw.get("residual_sigma", {})
-    if not isinstance(sigma, dict):
-        raise InputError("expected an object", path=path, field="residual_sigma")
-    sig = {}
-    for key in ("ttft", "tpot"):
-        v = sigma.get(key, 0.0)
-        if not isinstance(v, int | float) or v < 0:
-            raise InputError("expected a number >= 0", path=path, field=f"residual_sigma.{key}")
-        sig[key] = float(v)
+    sig = _sigmas(sigma, "residual_sigma", path)
+    repeat = _sigmas(raw.get("repeat_sigma", {}), "repeat_sigma", path)
     flags = raw.get("engine_flags", [])
     if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
         raise InputError("expected a list of strings", path=path, field="engine_flags")
@@ -130,6 +170,8 @@ def calibration_from_json(raw: Any, *, path: str = "<calibration>") -> Calibrati
         samples=tuple(_vector(s, f"samples[{i}]", path) for i, s in enumerate(samples)),
         sigma_ttft=sig["ttft"],
         sigma_tpot=sig["tpot"],
+        repeat_sigma_ttft=repeat["ttft"],
+        repeat_sigma_tpot=repeat["tpot"],
         source=str(raw.get("source", "calibrate")),
         engine_version=raw.get("engine_version"),
         engine_flags=tuple(flags),

@@ -103,9 +103,11 @@ def predict(
     rng = np.random.default_rng(seed)
     draws = list(cal.samples[:num_samples]) or [cal.coefficients]
     sample_pcts = np.array([_percentiles(_per_request(sim.run(work, basis, c))) for c in draws])
+    # the fit's residual spread and the machine's repeat-to-repeat drift (calibrate
+    # --repeats), one draw per coefficient sample: a whole run is faster or slower
+    sig_ttft, sig_tpot = cal.interval_sigma()
     noise = np.exp(
-        rng.standard_normal((len(draws), 2))
-        * np.array([max(cal.sigma_ttft, 1e-9), max(cal.sigma_tpot, 1e-9)])
+        rng.standard_normal((len(draws), 2)) * np.array([max(sig_ttft, 1e-9), max(sig_tpot, 1e-9)])
     )
     point_pcts = _percentiles(per)
     summaries = _summaries(point_pcts, sample_pcts, noise)
@@ -113,6 +115,12 @@ def predict(
     prompt = int(per.prompt_tokens[admitted].sum())
     hits = int(per.cached_tokens[admitted].sum())
     notes = list(cal.notes)
+    preempted = int((point.preemptions > 0).sum())
+    if preempted:
+        notes.append(
+            f"{preempted} of {len(per.admitted)} requests were preempted when KV blocks ran "
+            "out and recomputed (vLLM); their queueing and recompute are in the latencies"
+        )
     if cal.source == "prior":
         notes.append("no calibration for this engine and hardware: intervals are wide")
     return Prediction(

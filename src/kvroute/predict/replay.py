@@ -26,11 +26,12 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from kvroute.cache.base import AdmitStatus, PrefixCache
+from kvroute.cache.base import Admission, AdmitStatus, CacheSeq, PrefixCache
 from kvroute.cache.replay import WaitingView
 from kvroute.cache.seq import SeqPair
 from kvroute.predict.base import BatchScheduler, Prefilling
@@ -85,13 +86,28 @@ class ReplayTimes:
     num_steps: int
     busy_s: float
     """Seconds with at least one step running."""
+    preemptions: npt.NDArray[np.int64]
+    """Times each request was preempted (vLLM, when KV blocks ran out)."""
     arrival_basis: FloatArray | None
     first_basis: FloatArray | None
     end_basis: FloatArray | None
 
 
 class _Req:
-    __slots__ = ("cached", "done", "out_len", "prompt_len", "rid")
+    """A started request. ``prompt_len`` and ``out_len`` are what its current run
+    computes and emits (after a preemption: prompt plus tokens generated so far, and the
+    tokens still to come); ``entry`` is the tick it began decoding at (-1: prefilling)."""
+
+    __slots__ = (
+        "cached",
+        "done",
+        "entry",
+        "epoch",
+        "next_grow",
+        "out_len",
+        "prompt_len",
+        "rid",
+    )
 
     def __init__(self, rid: int, prompt_len: int, out_len: int) -> None:
         self.rid = rid
@@ -99,28 +115,82 @@ class _Req:
         self.out_len = out_len
         self.cached = 0
         self.done = 0
+        self.entry = -1
+        self.epoch = 0
+        """Bumped at each preemption: heap entries of an earlier run are stale."""
+        self.next_grow = 0
 
     @property
     def remaining_tokens(self) -> int:
         return self.prompt_len - self.done
 
+    def context(self, tick: int) -> int:
+        """Tokens a decoding request attends over (and needs slots for) at step ``tick``."""
+        return self.prompt_len + 1 + tick - self.entry
+
+
+@runtime_checkable
+class StepMemory(Protocol):
+    """A cache model that takes memory step by step (:class:`~kvroute.cache.vllm.VllmPrefixCache`)."""
+
+    def pin_steps(
+        self, request_id: int, seq: CacheSeq, final: CacheSeq, max_new_tokens: int
+    ) -> Admission: ...
+
+    def grow(self, request_id: int, num_tokens: int) -> bool: ...
+
+    def room_tokens(self, request_id: int) -> int: ...
+
+    def free_blocks(self) -> int: ...
+
+    def preempt(self, request_id: int, num_computed: int) -> None: ...
+
+
+@runtime_checkable
+class BatchInsert(Protocol):
+    """A cache model whose prompts enter the cache at the end of their prefill batch
+    (:class:`~kvroute.cache.sglang.SglangPrefixCache`)."""
+
+    def pin_deferred(self, request_id: int, seq: CacheSeq, final_tokens: int) -> Admission: ...
+
+    def prefilled(self, request_id: int, seq: CacheSeq) -> None: ...
+
 
 class _Engine:
-    """The engine's request states: the :class:`~kvroute.predict.base.EngineView`."""
+    """The engine's request states: the :class:`~kvroute.predict.base.EngineView`.
+
+    Decoding requests are kept implicitly: a request that began decoding at tick ``e``
+    with context ``c`` has context ``c + (tick - e)`` (``dec_offset`` sums ``c - e``);
+    ``dec_heap`` orders them by the tick they finish at. With step memory,
+    ``grow_heap`` orders them by the tick they next need a block at, so a step takes
+    memory only for the requests that cross a block boundary."""
 
     def __init__(self, model: PrefixCache, pairs: Sequence[SeqPair], outputs: Sequence[int]):
         self.model = model
+        self.stepper: StepMemory | None = model if isinstance(model, StepMemory) else None
+        self.inserter: BatchInsert | None = model if isinstance(model, BatchInsert) else None
         self.pairs = pairs
         self.outputs = outputs
         self.waiting: deque[int] = deque()
         self.view = WaitingView(self.waiting, dict(enumerate(pairs)))
         self.prefilling_list: list[_Req] = []
+        self.running: dict[int, _Req] = {}
+        """Started requests in start order (vLLM's ``running``)."""
+        self.resumed: dict[int, _Req] = {}
+        """Preempted requests waiting to start again."""
         self.num_decoding = 0
+        self.tick = 0
+        self.dec_heap: list[tuple[int, int, int]] = []
+        self.dec_offset = 0
+        self.grow_heap: list[tuple[int, int, int]] = []
         self.blocked = False
         self.num_released = 0
         self.started: list[_Req] = []
         self.rejected: list[int] = []
-        self.hits = [0] * len(pairs)
+        self.hits = [-1] * len(pairs)
+        self.preemptions = [0] * len(pairs)
+        self.preempted = False
+        """Whether the step being planned preempted a request."""
 
     @property
     def prefilling(self) -> Sequence[Prefilling]:
@@ -130,13 +200,21 @@ class _Engine:
     def num_waiting(self) -> int:
         return len(self.waiting)
 
-    def admit_next(self) -> Prefilling | None:
+    def admit_next(self, max_new_tokens: int | None = None) -> Prefilling | None:
         while self.waiting and not self.blocked:
             order = self.model.schedule_order(self.view, num_released=self.num_released)
             pos = order[0]
             rid = self.waiting[pos]
             pair = self.pairs[rid]
-            adm = self.model.pin(rid, pair.prompt, pair.final.num_tokens)
+            req = self.resumed.get(rid)
+            seq = pair.prompt if req is None else _prefix(pair, req.prompt_len)
+            if self.stepper is not None:
+                budget = seq.num_tokens if max_new_tokens is None else max_new_tokens
+                adm = self.stepper.pin_steps(rid, seq, pair.final, budget)
+            elif self.inserter is not None:
+                adm = self.inserter.pin_deferred(rid, seq, pair.final.num_tokens)
+            else:
+                adm = self.model.pin(rid, seq, pair.final.num_tokens)
             if adm.status is AdmitStatus.NO_ROOM:
                 self.blocked = True
                 return None
@@ -145,9 +223,15 @@ class _Engine:
             if adm.status is AdmitStatus.TOO_LARGE:
                 self.rejected.append(rid)
                 continue
-            req = _Req(rid, pair.prompt.num_tokens, self.outputs[rid])
-            req.cached = req.done = self.hits[rid] = adm.cached_tokens
+            if req is None:
+                req = _Req(rid, pair.prompt.num_tokens, self.outputs[rid])
+            else:
+                del self.resumed[rid]
+            req.cached = req.done = adm.cached_tokens
+            if self.hits[rid] < 0:  # vLLM reports the hit of a request's first start
+                self.hits[rid] = adm.cached_tokens
             self.prefilling_list.append(req)
+            self.running[rid] = req
             self.started.append(req)
             return req
         return None
@@ -159,6 +243,167 @@ class _Engine:
         del self.waiting[order[0]]
         self.rejected.append(rid)
         self.blocked = False
+
+    # -- decoding requests ------------------------------------------------------------
+
+    def start_decoding(self, req: _Req) -> None:
+        req.entry = self.tick
+        self.dec_offset += req.prompt_len + 1 - self.tick
+        self.num_decoding += 1
+        heapq.heappush(self.dec_heap, (self.tick + req.out_len - 1, req.epoch, req.rid))
+        if self.stepper is not None:
+            self._push_grow(req)
+
+    def _push_grow(self, req: _Req) -> None:
+        assert self.stepper is not None
+        # the first tick whose context exceeds the slots held
+        req.next_grow = req.entry + self.stepper.room_tokens(req.rid) - req.prompt_len
+        heapq.heappush(self.grow_heap, (req.next_grow, req.epoch, req.rid))
+
+    def _live(self, entry: tuple[int, int, int]) -> _Req | None:
+        req = self.running.get(entry[2])
+        if req is None or req.epoch != entry[1] or req.entry < 0:
+            return None
+        return req
+
+    def next_finish(self) -> int | None:
+        """The tick the next decoding request finishes at (stale heap entries dropped)."""
+        heap = self.dec_heap
+        while heap and self._live(heap[0]) is None:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def pop_finished(self) -> list[int]:
+        """Decoding requests whose last token the step just taken sampled."""
+        done: list[int] = []
+        heap = self.dec_heap
+        while heap and heap[0][0] <= self.tick:
+            entry = heapq.heappop(heap)
+            req = self._live(entry)
+            if req is None:
+                continue
+            self.dec_offset -= req.prompt_len + 1 - req.entry
+            self.num_decoding -= 1
+            req.entry = -1
+            del self.running[req.rid]
+            done.append(req.rid)
+        return done
+
+    # -- step memory ------------------------------------------------------------------
+
+    def reserve(self, chunks: Sequence[tuple[int, int]]) -> tuple[Sequence[tuple[int, int]], bool]:
+        st = self.stepper
+        if st is None:
+            return chunks, False
+        tick = self.tick
+        unit = self.model.unit_tokens
+        due: list[_Req] = []
+        heap = self.grow_heap
+        while heap and heap[0][0] <= tick:
+            entry = heapq.heappop(heap)
+            req = self._live(entry)
+            if req is not None and req.next_grow == entry[0]:
+                due.append(req)
+        pre = self.prefilling_list
+        need = len(due)
+        for i, cnt in chunks:
+            r = pre[i]
+            need += max(0, -(-(r.done + cnt - st.room_tokens(r.rid)) // unit))
+        if need <= st.free_blocks():
+            for i, cnt in chunks:
+                r = pre[i]
+                st.grow(r.rid, r.done + cnt)
+            for req in due:
+                st.grow(req.rid, req.context(tick))
+                self._push_grow(req)
+            return chunks, False
+        # Short: vLLM's running loop, in start order, preempting the newest request
+        # (``self.running.pop()``) until the one at hand fits, or it is the newest itself.
+        chunk_of = {pre[i].rid: cnt for i, cnt in chunks}
+        preempted = False
+        for req in list(self.running.values()):
+            if req.rid not in self.running:
+                break  # preempted below: it and everything after it are gone
+            if req.entry >= 0:
+                tokens = req.context(tick)
+                if tokens <= st.room_tokens(req.rid):
+                    continue
+            elif req.rid in chunk_of:
+                tokens = req.done + chunk_of[req.rid]
+            else:
+                continue
+            while not st.grow(req.rid, tokens):
+                victim = next(reversed(self.running.values()))
+                self._preempt(victim)
+                preempted = True
+                if victim is req:
+                    break
+            else:
+                if req.entry >= 0:
+                    self._push_grow(req)
+        kept = len(self.prefilling_list)
+        self.preempted = preempted
+        return [(i, cnt) for i, cnt in chunks if i < kept], preempted
+
+    def _preempt(self, req: _Req) -> None:
+        """Recompute preemption: free its memory, back to the head of the queue."""
+        assert self.stepper is not None
+        del self.running[req.rid]
+        if req.entry >= 0:
+            ctx = req.context(self.tick)  # its prompt and every token generated so far
+            self.stepper.preempt(req.rid, ctx - 1)
+            self.dec_offset -= req.prompt_len + 1 - req.entry
+            self.num_decoding -= 1
+            req.out_len -= ctx - req.prompt_len
+            req.prompt_len = ctx
+            req.entry = -1
+        else:
+            self.stepper.preempt(req.rid, req.done)
+            self.prefilling_list.remove(req)
+        req.epoch += 1
+        req.done = req.cached = 0
+        self.preemptions[req.rid] += 1
+        self.resumed[req.rid] = req
+        self.waiting.appendleft(req.rid)
+        self.blocked = False
+
+    def grow_decodes(self, steps: int) -> int:
+        """Memory for ``steps`` more decode-only steps after this one, taken block by block
+        in the order requests cross block boundaries; the steps that fit (at least 1:
+        this step's memory was reserved when it was planned)."""
+        st = self.stepper
+        if st is None:
+            return steps
+        heap = self.grow_heap
+        last = self.tick + steps - 1
+        while heap and heap[0][0] <= last:
+            entry = heap[0]
+            req = self._live(entry)
+            if req is None or req.next_grow != entry[0]:
+                heapq.heappop(heap)
+                continue
+            if not st.grow(req.rid, req.context(entry[0])):
+                return entry[0] - self.tick  # that step preempts: it is planned alone
+            heapq.heappop(heap)
+            self._push_grow(req)
+        return steps
+
+
+def _prefix(pair: SeqPair, num_tokens: int) -> CacheSeq:
+    """The first ``num_tokens`` tokens of a request's final sequence, as a prompt: what
+    a preempted request computes again when it returns."""
+    prompt, final = pair.prompt, pair.final
+    if num_tokens <= prompt.num_tokens:
+        return prompt
+    u = prompt.unit_tokens
+    extra = num_tokens - prompt.num_tokens
+    if prompt.num_keys * u > prompt.num_tokens:  # a keyed partial last block (hash-only)
+        n_keys = prompt.num_keys + extra // u
+        n_units = prompt.num_units + -(-extra // u)
+    else:
+        n_keys = num_tokens // u
+        n_units = -(-num_tokens // u)
+    return CacheSeq(final.keys[: min(n_keys, final.num_keys)], num_tokens, n_units, u)
 
 
 def replay(
@@ -205,12 +450,8 @@ def replay(
         order = list(range(n))
     pos = 0
     now = 0.0
-    tick = 0
     busy = 0.0
     num_steps = 0
-    dec_heap: list[tuple[int, int]] = []
-    dec_offset = 0  # sum over decoders of (context at entry - entry tick)
-    dec_entry: dict[int, tuple[int, int]] = {}
 
     def arrive(rid: int, t: float) -> None:
         nonlocal num_in_system
@@ -249,20 +490,25 @@ def replay(
             while pos < n and times[order[pos]] <= now:
                 arrive(order[pos], times[order[pos]])
                 pos += 1
+        eng.preempted = False
         plan = scheduler.plan(eng)
         for req in eng.started:
-            start[req.rid] = now
+            if math.isnan(start[req.rid]):
+                start[req.rid] = now
         eng.started.clear()
         if not plan.chunks and not plan.decode:
             if eng.waiting and eng.blocked and not eng.prefilling_list and eng.num_decoding == 0:
                 eng.reject_head()
                 continue
+            if eng.preempted:
+                continue  # every running request was preempted: the next step restarts them
             if not closed and pos < n:
                 now = max(now, times[order[pos]])
                 continue
             break
         num_dec = eng.num_decoding
-        dec_ctx = dec_offset + num_dec * tick
+        tick = eng.tick
+        dec_ctx = eng.dec_offset + num_dec * tick
         if not plan.chunks and not eng.prefilling_list and (not eng.waiting or eng.blocked):
             # Decode-only until the batch changes: sum k steps in closed form.
             v0 = np.array(basis.vector(StepShape(num_decodes=num_dec, decode_ctx=dec_ctx)))
@@ -272,16 +518,18 @@ def replay(
             slope = v1 - v0
             a = dot(coef, tuple(v0))
             b = dot(coef, tuple(slope))
-            k = dec_heap[0][0] - tick
+            next_end = eng.next_finish()
+            assert next_end is not None
+            k = next_end - tick
             if not closed and pos < n:
                 k = min(k, _steps_to_reach(times[order[pos]] - now, a, b))
-            k = max(k, 1)
+            k = eng.grow_decodes(max(k, 1))
             tri = k * (k - 1) / 2.0
             dt = k * a + b * tri
             cum += k * v0 + slope * tri
             now += dt
             busy += dt
-            tick += k
+            eng.tick += k
             num_steps += k
         else:
             prefill_tokens = 0
@@ -319,38 +567,33 @@ def replay(
                 if r.done >= r.prompt_len:
                     done_prefill.append(r)
             if done_prefill:
+                if eng.inserter is not None:  # the batch is computed: its prompts are cached
+                    for r in done_prefill:
+                        eng.inserter.prefilled(r.rid, pairs[r.rid].prompt)
                 gone = {id(r) for r in done_prefill}
                 eng.prefilling_list = [r for r in reqs if id(r) not in gone]
             if plan.decode:
-                tick += 1
+                eng.tick += 1
             finished_now: list[int] = []
             for r in done_prefill:
-                first[r.rid] = now + request_s + per_running_s * in_system[r.rid]
-                if first_b is not None:
-                    first_b[r.rid] = cum
+                if math.isnan(first[r.rid]):  # a preempted request's return emits no first token
+                    first[r.rid] = now + request_s + per_running_s * in_system[r.rid]
+                    if first_b is not None:
+                        first_b[r.rid] = cum
                 if r.out_len <= 1:
+                    del eng.running[r.rid]
                     finished_now.append(r.rid)
                 else:
-                    entry_ctx = r.prompt_len + 1
-                    dec_entry[r.rid] = (entry_ctx, tick)
-                    dec_offset += entry_ctx - tick
-                    eng.num_decoding += 1
-                    heapq.heappush(dec_heap, (tick + r.out_len - 1, r.rid))
+                    eng.start_decoding(r)
             if finished_now:
                 finish(finished_now)
-        finished: list[int] = []
-        while dec_heap and dec_heap[0][0] <= tick:
-            _, rid = heapq.heappop(dec_heap)
-            c0, t0 = dec_entry.pop(rid)
-            dec_offset -= c0 - t0
-            eng.num_decoding -= 1
-            finished.append(rid)
+        finished = eng.pop_finished()
         if finished:
             finish(finished)
 
     admitted = np.zeros(n, dtype=bool)
     admitted[np.isfinite(end)] = True
-    hits = np.array(eng.hits, dtype=np.int64)
+    hits = np.maximum(np.array(eng.hits, dtype=np.int64), 0)
     hits[~admitted] = 0
     start[~admitted] = np.nan
     first[~admitted] = np.nan
@@ -368,6 +611,7 @@ def replay(
         in_system=in_system,
         num_steps=num_steps,
         busy_s=busy,
+        preemptions=np.array(eng.preemptions, dtype=np.int64),
         arrival_basis=arr_b,
         first_basis=first_b,
         end_basis=end_b,

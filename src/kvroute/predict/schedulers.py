@@ -7,7 +7,9 @@ vLLM V1, as of v0.11/v0.12 (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.sch
 one token budget per step (``max_num_batched_tokens``); running requests first (each
 decode one token, a partly prefilled prompt its next chunk), then waiting requests in
 order while budget is left, each getting ``min(remaining, budget)`` tokens (chunked
-prefill is always on in V1). Decodes and prefill chunks share the step.
+prefill is always on in V1). Decodes and prefill chunks share the step. The running
+requests' memory is taken first (``EngineView.reserve``): when KV blocks run out the
+newest running request is preempted, and such a step starts no waiting request.
 
 SGLang, as of v0.5.x (``python/sglang/srt/managers/scheduler.py``,
 ``get_next_batch_to_run`` / ``get_new_batch_prefill``; ``schedule_policy.py``,
@@ -79,8 +81,12 @@ class VllmScheduler:
         chunks, budget = _continue_prefills(
             view, self.config.max_num_batched_tokens - view.num_decoding
         )
-        while budget > 0:
-            new = view.admit_next()
+        kept, preempted = view.reserve(chunks)
+        chunks = list(kept)
+        # A step that preempted starts no waiting request (vLLM schedules WAITING only
+        # when ``preempted_reqs`` is empty).
+        while budget > 0 and not preempted:
+            new = view.admit_next(budget)
             if new is None:
                 break
             n = min(new.remaining_tokens, budget)

@@ -1,11 +1,16 @@
-"""Report rendering shared by every kvroute command.
+"""Report rendering for every kvroute command: terminal summaries, JSON aside, HTML pages.
 
-- :mod:`kvroute.report.fmt`: number formatters (tokens, percentages, durations, bytes) for
-  HTML and terminal output alike.
-- :mod:`kvroute.report.svg`: inline SVG line charts, bar charts and histograms.
-- :mod:`kvroute.report.html`: a page/section/block model rendered to one self-contained
-  HTML file (embedded CSS, no network, no JavaScript), written atomically.
+- :mod:`kvroute.report.fmt`: numbers, durations and sizes as text, for every output, and
+  the spaces inside a value that no line may break at.
+- :mod:`kvroute.report.console_fit`: terminal lines and tables that never break a value.
+- :mod:`kvroute.report.page`: the HTML page model (pages, sections, blocks), its
+  stylesheet and escaping, rendered to one self-contained file.
+- :mod:`kvroute.report.charts`: inline SVG charts (axes, canvas, bar layout, line and bar
+  charts, histograms) and the chart blocks for a distribution.
+- One package per command (:mod:`~kvroute.report.analyze`, :mod:`~kvroute.report.simulate`,
+  :mod:`~kvroute.report.bench`, :mod:`~kvroute.report.predict`,
+  :mod:`~kvroute.report.advise`): its ``console`` summary and its HTML ``page``, with the
+  pieces only that command shows.
 
-Supporting modules: ``axes`` (round ticks and domains), ``canvas`` and ``bar_layout``
-(SVG drawing), ``escape`` (text escaping).
+Imports point one way: commands -> charts -> page -> fmt.
 """

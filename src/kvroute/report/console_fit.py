@@ -21,7 +21,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from kvroute.report.escape import VALUE_SPACES
+from kvroute.report.fmt import VALUE_SPACES
 
 
 class Parts:

@@ -9,11 +9,22 @@ up to the next unit moves to it (``999_999`` is ``"1M"``, not ``"1000k"``).
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
 from fractions import Fraction
 
 _SI_PREFIXES = ("", "k", "M", "G", "T", "P", "E")
 _BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+VALUE_SPACES = re.compile(
+    r"(?<=\d) (?=(?:%|pp|[nµm]?s|min|h|d|[KMGT]i?B|tokens?|req/s|x|×|[kM]i?)(?:\W|$))"
+    r"|(?:(?<=\bmin)|(?<=\bh)|(?<=\bd)|(?<=\bCPU)|(?<=\bCPUs)) (?=\d)"
+    r"| (?=/ )|(?<= /) "
+)
+"""Spaces inside a value these formatters write, where no line may break: ``57.0 %``,
+``93.1 ms``, ``2 min 05 s``, ``+4.6 pp``, ``CPUs 0-1``, ``p50 / p90`` (the terminal's
+:class:`~kvroute.report.console_fit.Prose` and the pages'
+:func:`~kvroute.report.page.escape.prose` both keep them)."""
 
 
 def _non_finite(value: float) -> str | None:

@@ -15,27 +15,27 @@ from kvroute.engines.base import EngineAdapter
 from kvroute.errors import EngineError, InputError
 from kvroute.trace.records import ChatPrompt, Request, TextPrompt, TokenPrompt
 from kvroute.types import JSONValue, TokenIds
-from kvroute.validate.result import Answer, Endpoint, Served
+from kvroute.validate.result import Answer, CompletionPath, Served
 
 
 def request_body(
     req: Request, *, engine: str, model: str, max_tokens: int
-) -> tuple[Endpoint, dict[str, JSONValue]]:
+) -> tuple[CompletionPath, dict[str, JSONValue]]:
     """The endpoint and body for ``req``: greedy, ``max_tokens`` long, with the fields that
     make ``engine`` cache the prompt and return the generated ids. Raises ``InputError``
     for a hash-only prompt, which no engine can be sent."""
     p = req.prompt
     body: dict[str, JSONValue] = {"model": model, "max_tokens": max_tokens, "temperature": 0.0}
     if isinstance(p, ChatPrompt):
-        endpoint = Endpoint.CHAT
+        endpoint = CompletionPath.CHAT
         body["messages"] = p.messages
         if p.tools:
             body["tools"] = p.tools
     elif isinstance(p, TextPrompt):
-        endpoint = Endpoint.COMPLETIONS
+        endpoint = CompletionPath.COMPLETIONS
         body["prompt"] = p.text
     elif isinstance(p, TokenPrompt):
-        endpoint = Endpoint.COMPLETIONS
+        endpoint = CompletionPath.COMPLETIONS
         body["prompt"] = p.token_ids.tolist()
     else:
         raise InputError(

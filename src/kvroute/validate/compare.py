@@ -9,14 +9,14 @@ import numpy as np
 from kvroute.cache.compare import compare_cached_tokens
 from kvroute.engines.base import CacheCounters
 from kvroute.types import TokenIds
-from kvroute.validate.predict import Prediction
+from kvroute.validate.predict import ModelReplay
 from kvroute.validate.result import EngineSetup, RequestCheck, RunInfo, Served, ValidationResult
 
 
 def compare(
     prompt_ids: Sequence[TokenIds],
     served: Sequence[Served],
-    prediction: Prediction,
+    prediction: ModelReplay,
     *,
     setup: EngineSetup,
     counters: CacheCounters | None,

@@ -26,7 +26,10 @@ MAX_PASSES = 8
 
 
 @dataclass(frozen=True, slots=True)
-class Prediction:
+class ModelReplay:
+    """The engine's cache model replayed over one served run: what it predicts each
+    request found cached (``outcome``), from the run's schedule alone."""
+
     outcome: ReplayOutcome
     requests: list[Request]
     """The run as it happened (token prompts, send/answer times, generated outputs, the
@@ -90,7 +93,7 @@ def _steps(times: npt.NDArray[np.float64], gap_s: float) -> Iterator[list[int]]:
 
 def predict(
     prompt_ids: Sequence[TokenIds], served: Sequence[Served], setup: EngineSetup, *, lead_s: float
-) -> Prediction:
+) -> ModelReplay:
     """Replay the engine's model over the run as it happened (:func:`engine_times`), on the
     engine's own prompt tokens where it returned them (vLLM), else on ``prompt_ids``.
 
@@ -129,4 +132,4 @@ def predict(
         dataclasses.replace(r, arrival_s=float(a), end_s=float(a + t))
         for r, a, t in zip(requests, arrival, run, strict=True)
     ]
-    return Prediction(outcome, timed, list(served), passes)
+    return ModelReplay(outcome, timed, list(served), passes)

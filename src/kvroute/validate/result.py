@@ -17,8 +17,8 @@ ENGINES = ("llamacpp", "vllm", "sglang")
 """Engines a trace can be validated against."""
 
 
-class Endpoint(enum.Enum):
-    """The OpenAI endpoint a request goes to."""
+class CompletionPath(enum.Enum):
+    """The OpenAI completion path a validation request is posted to."""
 
     CHAT = "/v1/chat/completions"
     COMPLETIONS = "/v1/completions"

@@ -16,9 +16,9 @@ from kvroute.trace.records import Request
 from kvroute.types import JSONValue, TokenIds
 from kvroute.validate.bodies import read_answer, request_body
 from kvroute.validate.compare import compare
-from kvroute.validate.predict import Prediction, predict
+from kvroute.validate.predict import ModelReplay, predict
 from kvroute.validate.result import (
-    Endpoint,
+    CompletionPath,
     EngineSetup,
     ResetOutcome,
     RunInfo,
@@ -42,7 +42,7 @@ async def validate(
     *,
     options: ValidateOptions | None = None,
     clock: Clock = time.monotonic,
-) -> tuple[ValidationResult, Prediction]:
+) -> tuple[ValidationResult, ModelReplay]:
     """Serve ``requests`` (as read: chat, text or token prompts) on the engine behind
     ``adapter`` and compare the model's prediction with what the engine measured.
 
@@ -126,7 +126,7 @@ async def _reset(
 async def _serve_counted(
     adapter: EngineAdapter,
     post: Post,
-    work: Sequence[tuple[Endpoint, dict[str, JSONValue]]],
+    work: Sequence[tuple[CompletionPath, dict[str, JSONValue]]],
     *,
     arrivals_s: Sequence[float] | None,
     concurrency: int,

@@ -17,11 +17,11 @@ import httpx
 from kvroute.engines.http import as_mapping, request
 from kvroute.errors import EngineError
 from kvroute.types import JSONValue
-from kvroute.validate.result import Answer, Endpoint
+from kvroute.validate.result import Answer, CompletionPath
 
 Clock = Callable[[], float]
 
-Post = Callable[[Endpoint, dict[str, JSONValue]], Awaitable[Mapping[str, Any]]]
+Post = Callable[[CompletionPath, dict[str, JSONValue]], Awaitable[Mapping[str, Any]]]
 """Sends one request body and returns the decoded answer; raises ``EngineError``."""
 
 
@@ -29,7 +29,7 @@ def http_post(client: httpx.AsyncClient, base_url: str, *, timeout_s: float) -> 
     """A :data:`Post` that sends to ``base_url`` through ``client``."""
     root = base_url.rstrip("/")
 
-    async def post(endpoint: Endpoint, body: dict[str, JSONValue]) -> Mapping[str, Any]:
+    async def post(endpoint: CompletionPath, body: dict[str, JSONValue]) -> Mapping[str, Any]:
         url = f"{root}{endpoint.value}"
         response = await request(client, "POST", url, json_body=body, timeout_s=timeout_s)
         try:
@@ -42,7 +42,7 @@ def http_post(client: httpx.AsyncClient, base_url: str, *, timeout_s: float) -> 
 
 
 async def serve(
-    work: Sequence[tuple[Endpoint, dict[str, JSONValue]]],
+    work: Sequence[tuple[CompletionPath, dict[str, JSONValue]]],
     post: Post,
     *,
     arrivals_s: Sequence[float] | None,
@@ -114,4 +114,4 @@ async def order_slots(post: Post, model: str, num_slots: int) -> None:
             "max_tokens": 1,
             "id_slot": slot,
         }
-        await post(Endpoint.COMPLETIONS, body)
+        await post(CompletionPath.COMPLETIONS, body)

@@ -1,0 +1,2 @@
+"""``kvroute advise``: the command (``command``) and the ``--out`` directory it writes
+(``output``)."""

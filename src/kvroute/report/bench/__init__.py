@@ -1,0 +1,2 @@
+"""The reports of ``kvroute bench``: terminal summary, HTML page, its charts, and the
+rows both show."""
