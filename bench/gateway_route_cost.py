@@ -163,10 +163,10 @@ def main() -> None:
                 ]
             pick = PickInput(rng=rng, sequence=sequence, prompt_tokens=prediction.num_tokens)
             chosen = backends[policy.order(snapshots, pick)[0]]
-            finish = router.start(prediction, backends, chosen, body)
+            lease = router.start(prediction, backends, chosen, body)
             t1 = time.perf_counter()
             in_models_s = timer.total_s
-            finish(100)
+            lease.release(100)
             t2 = time.perf_counter()
             sequence += 1
             decisions.append(

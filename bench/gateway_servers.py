@@ -51,8 +51,8 @@ EVENT = b'data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":
 
 KVROUTE_APP = """
 import asyncio, sys, uvloop
-from kvroute.gateway.server import HttpServer
-from kvroute.gateway.types import IteratorStream, Response
+from kvroute.http.messages import IteratorStream, Response
+from kvroute.http.server import HttpServer
 EVENT = {event!r}
 async def pieces():
     for _ in range(16):
@@ -60,7 +60,7 @@ async def pieces():
 async def handler(request):
     return Response(200, [("content-type", "text/event-stream")], stream=IteratorStream(pieces()))
 async def main():
-    server = HttpServer(handler)
+    server = HttpServer(handler, lambda request_id: None)
     await server.start("{host}", {port})
     await asyncio.Event().wait()
 uvloop.run(main())

@@ -207,7 +207,7 @@ def replay(front: str, requests: Sequence[Any], args: argparse.Namespace) -> dic
             ]
             choice = policy.order(snaps, pick)[0]
             if front == "ca":
-                req.finish = router.start(prediction, backends, backends[choice], body)
+                req.finish = router.start(prediction, backends, backends[choice], body).release
         req.replica = choice
         req.queued = replicas[choice].num_outstanding >= args.slots
         replicas[choice].num_outstanding += 1

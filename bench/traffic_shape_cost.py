@@ -41,7 +41,7 @@ def gateway_observe(num_requests: int = 20_000) -> None:
                 float(i),
                 workload="agent",
                 backend="b1",
-                block_hashes=k,  # the cache view's array, as observing_finish passes it
+                block_hashes=k,  # the cache view's array, as observe_outcome passes it
                 num_tokens=4096,
                 usage_prompt_tokens=4096,
                 reported_cached_tokens=3072,
@@ -54,7 +54,7 @@ def gateway_observe(num_requests: int = 20_000) -> None:
         times["untokenized"].append((time.perf_counter() - start) / (num_requests // 5) * 1e6)
     # Baselines on the same machine, same run: what the gateway already does per request.
     metrics = GatewayMetrics()
-    ctx = RequestContext("r", workload=WorkloadClass.AGENT, backend="b1", pool="p", policy="x")
+    ctx = RequestContext(workload=WorkloadClass.AGENT, backend="b1", pool="p", policy="x")
     ctx.e2e_s, ctx.ttft_s, ctx.prompt_tokens, ctx.completion_tokens = 0.5, 0.1, 4096, 20
     tokens = np.concatenate([system, rng.integers(0, 50_000, size=1024, dtype=np.uint32)])
     for _ in range(5):

@@ -131,11 +131,11 @@ def test_every_path_the_gateway_answers_is_described(gateway: RunningGateway) ->
 
 
 def _statuses_in_source() -> set[int]:
-    """Status codes the gateway's source sends: ``status=NNN`` and ``_reject(NNN``,
-    ``response_head(NNN``, ``problem = (NNN``."""
+    """Status codes the gateway's source and its HTTP server send: ``status=NNN`` and
+    ``_reject(NNN``, ``response_head(NNN``, ``problem = (NNN``."""
     pattern = re.compile(r"(?:status=|_reject\(|response_head\(|problem = \()([1-5]\d\d)\b")
     found: set[int] = set()
-    for file in (SRC / "gateway").rglob("*.py"):
+    for file in [*(SRC / "gateway").rglob("*.py"), SRC / "http" / "server.py"]:
         found |= {int(m) for m in pattern.findall(file.read_text())}
     return found
 

@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from gateway.harness import LoopThread, running_gateway
+from gateway.rollout.test_plan import rollout_view, wait_for, within_binomial
 from gateway.sglang_counters import completion_tokens, counter_deltas, read_counters
-from gateway.test_rollout import rollout_view, wait_for, within_binomial
 from kvroute.engines.state import EngineRecord
 
 pytestmark = [pytest.mark.engine, pytest.mark.llamacpp, pytest.mark.sglang]

@@ -14,8 +14,8 @@ Endpoints::
 
 All state derived from the config sits in one :class:`GatewayState`, replaced whole
 on :meth:`Gateway.reload`; nothing is module-level. The views besides completions are
-in endpoints.py; the per-request planning (session key, backend order, end-of-request
-hooks) is in route_plan.py; this class composes them.
+in endpoints.py; a completion request's path is pipeline.py; this class composes
+them.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import httpx
 
 from kvroute.errors import InputError
 from kvroute.gateway import endpoints
-from kvroute.gateway.access.auth import check_model
 from kvroute.gateway.access.limits import AdmissionGate
 from kvroute.gateway.backends.backend import (
     AdapterFactory,
@@ -56,24 +55,24 @@ from kvroute.gateway.middleware import (
     RateLimitMiddleware,
 )
 from kvroute.gateway.ops.metrics import GatewayMetrics
+from kvroute.gateway.pipeline import CompletionPipeline
 from kvroute.gateway.prompts.tokens import PromptTokens
-from kvroute.gateway.proxy.forward import Forward, Proxy
-from kvroute.gateway.proxy.prepare import Endpoint, parse_body, upstream_body
-from kvroute.gateway.rollout.plan import RolloutStats, plan_rollout, rollout_candidates
+from kvroute.gateway.proxy.forward import Proxy
+from kvroute.gateway.proxy.prepare import CompletionPath
+from kvroute.gateway.rollout.plan import RolloutStats
 from kvroute.gateway.rollout.shadow import ShadowMirror
-from kvroute.gateway.routing import plan as route_plan
-from kvroute.gateway.routing.classify import PrefixOracle, classify
+from kvroute.gateway.routing.classify import PrefixOracle
 from kvroute.gateway.routing.policies.registry import CACHE_AWARE
-from kvroute.gateway.routing.routes import select_route
-from kvroute.gateway.server import HttpServer, ServerLimits
 from kvroute.gateway.state import GatewayState, build_state
 from kvroute.gateway.traffic.shape import TrafficShape
 from kvroute.gateway.traffic.status import TrafficMetrics
-from kvroute.gateway.types import Handler, Request, Response, json_response
+from kvroute.gateway.types import GatewayHandler, GatewayRequest, RequestContext
+from kvroute.http.messages import Response, json_response
+from kvroute.http.server import HttpServer, ServerLimits
 from kvroute.trace.tokenizer import ChatTokenizer, load_tokenizer
 
 ACCESS_LOGGER = "kvroute.gateway.access"
-_ENDPOINTS = {e.value: e for e in Endpoint}
+_COMPLETION_PATHS = {p.value: p for p in CompletionPath}
 
 
 class Gateway:
@@ -115,12 +114,10 @@ class Gateway:
         )
         limits = config.limits
         self.gate = AdmissionGate(limits.max_in_flight, limits.max_queue, limits.queue_timeout_s)
-        self.proxy = Proxy(
-            self.metrics, lambda: self._state.config.retry, rng=self.rng, clock=clock
-        )
+        self.proxy = Proxy(self.metrics, rng=self.rng, clock=clock)
         self.health = HealthChecker(lambda: self._state.backends, lambda: self._state.config.health)
-        self.handler: Handler = self._stack()
-        self.server: HttpServer | None = None
+        self.handler: GatewayHandler = self._stack()
+        self.server: HttpServer[RequestContext] | None = None
         self._retired: list[Backend] = []
         # Capture settings apply at start; a reload does not restart the writer.
         self._load = load
@@ -133,19 +130,33 @@ class Gateway:
             if config.capture.enabled
             else None
         )
-        self.cache_router: CacheRouter | None = None
         # Traffic-shape settings apply at start, like capture's.
         self.traffic = TrafficShape(config.traffic, logging.getLogger("kvroute.gateway.traffic"))
         self.traffic_metrics = TrafficMetrics()
         self.rollout = RolloutStats()
         self.mirror = ShadowMirror(self.rollout, clock)
+        self.completions = CompletionPipeline(
+            self.proxy,
+            self.mirror,
+            self.traffic,
+            self.capture,
+            rng=self.rng,
+            clock=clock,
+            wall_clock=wall_clock,
+            oracle=oracle,
+        )
 
     @property
     def state(self) -> GatewayState:
         return self._state
 
-    def _stack(self) -> Handler:
-        app: Handler = self._endpoints
+    @property
+    def cache_router(self) -> CacheRouter | None:
+        """The cache views' router, once a route is cache_aware."""
+        return self.completions.cache_router
+
+    def _stack(self) -> GatewayHandler:
+        app: GatewayHandler = self._endpoints
         app = AdmissionMiddleware(app, self.gate)
         app = RateLimitMiddleware(app, lambda: self._state, self.clock)
         app = AuthMiddleware(app, lambda: self._state)
@@ -175,9 +186,10 @@ class Gateway:
             self.capture.on_records = on_records
         if _needs_cache_router(self._state.config):
             tokenizer = await asyncio.to_thread(self._load, self._state.config.tokenizer or None)
-            self.cache_router = CacheRouter(PromptTokens(tokenizer), self.logger)
+            self.completions.cache_router = CacheRouter(PromptTokens(tokenizer), self.logger)
         self.server = HttpServer(
             self.handler,
+            _new_context,
             server_limits(listener),
             on_rejected=lambda status, kind: self.metrics.errors.inc((kind,)),
             logger=self.logger,
@@ -221,7 +233,7 @@ class Gateway:
             self.server.limits = server_limits(config.listener)
         if self.cache_router is None and _needs_cache_router(config):
             # Rare (a reload adds the first cache_aware route): load here, blocking once.
-            self.cache_router = CacheRouter(
+            self.completions.cache_router = CacheRouter(
                 PromptTokens(self._load(config.tokenizer or None)), self.logger
             )
         self._retired.extend(retired)
@@ -263,14 +275,14 @@ class Gateway:
 
     # -- endpoints ----------------------------------------------------------------------
 
-    async def _endpoints(self, request: Request) -> Response:
+    async def _endpoints(self, request: GatewayRequest) -> Response:
         path, method = request.path, request.method
-        endpoint = _ENDPOINTS.get(path)
-        if endpoint is not None:
+        completion = _COMPLETION_PATHS.get(path)
+        if completion is not None:
             endpoints.require_method(method, "POST")
             if self.server is not None and self.server.arrived_while_draining(request):
                 raise _draining_error()  # new work; requests from before the drain finish
-            return await self._complete(request, endpoint)
+            return await self.completions(request, completion, self._state)
         if path == "/v1/models":
             endpoints.require_method(method, "GET")
             return endpoints.models(self._state, request)
@@ -325,73 +337,6 @@ class Gateway:
             code="not_found",
         )
 
-    async def _complete(self, request: Request, endpoint: Endpoint) -> Response:
-        state, ctx = self._state, request.ctx
-        body = parse_body(request.body, endpoint)
-        ctx.model, ctx.stream = body.model, body.stream
-        check_model(state.keys_by_name.get(ctx.key_name), body.model)
-        label = classify(
-            body.data,
-            is_chat=endpoint is Endpoint.CHAT,
-            options=state.config.classify,
-            oracle=self.oracle,
-        )
-        ctx.workload, ctx.workload_reason = label.workload, label.reason
-        route = select_route(state.routes, body.model, label.workload)
-        ctx.route, ctx.pool, ctx.policy = route.config.name, route.config.pool, route.config.policy
-        model = route.config.upstream_model or body.model
-        session_key = route_plan.session_key(state.config.session, request, body.data)
-        plan = plan_rollout(route.config, session_key, ctx.key_name, ctx.request_id)
-        available = rollout_candidates(route, plan, state.backends, model, self.clock())
-        if plan is not None:
-            ctx.route_detail = plan.detail
-        ordered, finish = route_plan.order(
-            request,
-            route,
-            available,
-            body.data,
-            session_key,
-            cache_router=self.cache_router,
-            rng=self.rng,
-            traffic=self.traffic,
-            clock=self.clock,
-        )
-        inject = body.stream and not body.wants_usage
-        payload = upstream_body(body, inject_usage=inject, model=route.config.upstream_model)
-        try:
-            response = await self.proxy.forward(
-                Forward(
-                    request=request,
-                    body=body,
-                    payload=payload,
-                    backends=ordered,
-                    strip_usage=inject,
-                    route_headers=state.config.listener.route_headers,
-                )
-            )
-        except BaseException as exc:
-            if finish is not None:
-                finish(0)
-            if plan is not None and isinstance(exc, GatewayError):
-                self.mirror.after_failure(plan, route.config, request, exc.status, exc.kind)
-            raise
-        route_plan.when_done(
-            request,
-            response,
-            body.data,
-            session_key,
-            finish,
-            traffic=self.traffic,
-            capture=self.capture,
-            clock=self.clock,
-            wall_clock=self.wall_clock,
-        )
-        if plan is not None:
-            self.mirror.after_forward(
-                plan, route.config, request, response, payload, state.backends, model
-            )
-        return response
-
 
 def server_limits(listener: ListenerConfig) -> ServerLimits:
     return ServerLimits(
@@ -401,6 +346,10 @@ def server_limits(listener: ListenerConfig) -> ServerLimits:
         body_timeout_s=listener.body_timeout_s,
         max_connections=listener.max_connections,
     )
+
+
+def _new_context(request_id: str) -> RequestContext:
+    return RequestContext()
 
 
 def _draining_error() -> GatewayError:

@@ -20,7 +20,8 @@ from kvroute.gateway.rollout.plan import RolloutStats
 from kvroute.gateway.state import GatewayState
 from kvroute.gateway.traffic.shape import TrafficShape
 from kvroute.gateway.traffic.status import TrafficMetrics, status, status_html
-from kvroute.gateway.types import Request, Response, json_response
+from kvroute.gateway.types import GatewayRequest
+from kvroute.http.messages import Response, json_response
 
 INDEX = (
     ("POST /v1/chat/completions, /v1/completions", "OpenAI-compatible completions, routed"),
@@ -48,7 +49,7 @@ def index(state: GatewayState) -> Response:
     return Response(200, [("content-type", "text/html; charset=utf-8")], page.encode())
 
 
-def models(state: GatewayState, request: Request) -> Response:
+def models(state: GatewayState, request: GatewayRequest) -> Response:
     key = state.keys_by_name.get(request.ctx.key_name)
     names: dict[str, str] = {}
     for backend in state.backends:
@@ -114,7 +115,7 @@ def rollout(rollout_stats: RolloutStats, state: GatewayState) -> Response:
 
 
 def admin(
-    request: Request,
+    request: GatewayRequest,
     state: Callable[[], GatewayState],
     reload_from_file: Callable[[], None],
     clock: Callable[[], float],

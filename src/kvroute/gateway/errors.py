@@ -6,10 +6,8 @@
 
 from __future__ import annotations
 
-import orjson
-
 from kvroute.errors import KvrouteError
-from kvroute.gateway.types import Response
+from kvroute.http.messages import Response, error_payload
 
 
 class GatewayError(KvrouteError):
@@ -49,12 +47,6 @@ def bad_request(message: str, *, param: str | None = None, code: str | None = No
     )
 
 
-def error_payload(message: str, error_type: str, param: str | None, code: str | None) -> bytes:
-    return orjson.dumps(
-        {"error": {"message": message, "type": error_type, "param": param, "code": code}}
-    )
-
-
 def error_response(exc: GatewayError) -> Response:
     """The response for ``exc``: its status, OpenAI error JSON, ``Retry-After`` if set."""
     headers = [("content-type", "application/json")]
@@ -65,9 +57,3 @@ def error_response(exc: GatewayError) -> Response:
     return Response(
         exc.status, headers, error_payload(exc.message, exc.error_type, exc.param, exc.code)
     )
-
-
-def sse_error_event(message: str, error_type: str, code: str) -> bytes:
-    """A terminal SSE event: the OpenAI SDK raises ``APIError`` on a data event with
-    an ``error`` member; ``[DONE]`` follows so line-based clients stop too."""
-    return b"data: " + error_payload(message, error_type, None, code) + b"\n\ndata: [DONE]\n\n"

@@ -1,4 +1,4 @@
-"""The gateway's middlewares, outermost first, all of one shape (see types.py).
+"""The gateway's middlewares, outermost first, all of one shape (see kvroute.gateway.types).
 
 ``Observe`` records metrics and the access log line when the answer is done;
 ``Errors`` is the one place exceptions become OpenAI error JSON; ``Auth`` checks the
@@ -20,7 +20,8 @@ from kvroute.gateway.access.limits import AdmissionGate, estimate_tokens
 from kvroute.gateway.errors import GatewayError, error_response
 from kvroute.gateway.ops.metrics import GatewayMetrics
 from kvroute.gateway.state import GatewayState
-from kvroute.gateway.types import Handler, Request, Response
+from kvroute.gateway.types import GatewayHandler, GatewayRequest
+from kvroute.http.messages import Response
 
 COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 CLIENT_CLOSED = 499
@@ -40,7 +41,7 @@ class ObserveMiddleware:
 
     def __init__(
         self,
-        app: Handler,
+        app: GatewayHandler,
         metrics: GatewayMetrics,
         logger: logging.Logger,
         clock: Clock,
@@ -49,7 +50,7 @@ class ObserveMiddleware:
         self.app, self.metrics, self.logger, self.clock = app, metrics, logger, clock
         self.log_enabled = log_enabled
 
-    async def __call__(self, request: Request) -> Response:
+    async def __call__(self, request: GatewayRequest) -> Response:
         try:
             response = await self.app(request)
         except asyncio.CancelledError:
@@ -61,7 +62,7 @@ class ObserveMiddleware:
         response.closers.append(lambda: self._done(request, response.status))
         return response
 
-    def _done(self, request: Request, status: int) -> None:
+    def _done(self, request: GatewayRequest, status: int) -> None:
         ctx = request.ctx
         if ctx.e2e_s is None:
             ctx.e2e_s = self.clock() - request.received_s
@@ -74,7 +75,7 @@ class ObserveMiddleware:
                 "ts": round(time.time(), 3),
                 "level": "info",
                 "logger": self.logger.name,
-                "request_id": ctx.request_id,
+                "request_id": request.request_id,
                 "method": request.method,
                 "path": request.path,
                 "status": status,
@@ -107,10 +108,10 @@ class ErrorsMiddleware:
     """:class:`GatewayError` → its status and OpenAI error JSON; anything else → a
     logged 500 (a gateway bug, never the client's input)."""
 
-    def __init__(self, app: Handler, logger: logging.Logger) -> None:
+    def __init__(self, app: GatewayHandler, logger: logging.Logger) -> None:
         self.app, self.logger = app, logger
 
-    async def __call__(self, request: Request) -> Response:
+    async def __call__(self, request: GatewayRequest) -> Response:
         try:
             return await self.app(request)
         except GatewayError as exc:
@@ -132,10 +133,10 @@ class ErrorsMiddleware:
 class AuthMiddleware:
     """``/v1/`` requests must present a configured key (unless none is configured)."""
 
-    def __init__(self, app: Handler, state: StateRef) -> None:
+    def __init__(self, app: GatewayHandler, state: StateRef) -> None:
         self.app, self.state = app, state
 
-    async def __call__(self, request: Request) -> Response:
+    async def __call__(self, request: GatewayRequest) -> Response:
         if request.path.startswith("/v1/"):
             key = self.state().keys.authenticate(request.headers)
             if key is not None:
@@ -147,10 +148,10 @@ class RateLimitMiddleware:
     """Per-key requests/min before the request; tokens/min reserved at admission (an
     estimate, see limits.py) and settled against the real usage when it ends."""
 
-    def __init__(self, app: Handler, state: StateRef, clock: Clock) -> None:
+    def __init__(self, app: GatewayHandler, state: StateRef, clock: Clock) -> None:
         self.app, self.state, self.clock = app, state, clock
 
-    async def __call__(self, request: Request) -> Response:
+    async def __call__(self, request: GatewayRequest) -> Response:
         name = request.ctx.key_name
         if not name or request.path not in COMPLETION_PATHS:
             return await self.app(request)
@@ -194,10 +195,10 @@ class AdmissionMiddleware:
     """At most ``max_in_flight`` completions at once (streams until their end); the
     rest queue, boundedly."""
 
-    def __init__(self, app: Handler, gate: AdmissionGate) -> None:
+    def __init__(self, app: GatewayHandler, gate: AdmissionGate) -> None:
         self.app, self.gate = app, gate
 
-    async def __call__(self, request: Request) -> Response:
+    async def __call__(self, request: GatewayRequest) -> Response:
         if request.path not in COMPLETION_PATHS:
             return await self.app(request)
         await self.gate.acquire()

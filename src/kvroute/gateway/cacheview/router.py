@@ -13,13 +13,14 @@ approximation: failovers are rare, and the view self-corrects as it evicts).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from kvroute.cache.base import U64, CacheSeq
 from kvroute.gateway.backends.backend import Backend
 from kvroute.gateway.cacheview.keys import SessionKeys
-from kvroute.gateway.cacheview.view import Displacement
+from kvroute.gateway.cacheview.view import BackendCacheView, Displacement
 from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.types import TokenIds
 
@@ -27,9 +28,9 @@ DEFAULT_MAX_OUTPUT_TOKENS = 256
 """Room reserved for the answer when the request sets no ``max_tokens``."""
 
 
-class Prediction(NamedTuple):
-    """What the router predicts of one request on each candidate backend (a named
-    tuple: one is built per request)."""
+class CachePrediction(NamedTuple):
+    """The cached prompt tokens the router predicts for one request on each candidate
+    backend (a named tuple: one is built per request)."""
 
     token_ids: TokenIds
     token_keys: U64
@@ -69,7 +70,7 @@ class CacheRouter:
 
     def predict(
         self, body: Mapping[str, Any], backends: Sequence[Backend], session_key: str | None = None
-    ) -> Prediction | None:
+    ) -> CachePrediction | None:
         """Predicted hits on each of ``backends``; None when the prompt cannot be
         tokenized (the policy then balances load)."""
         token_ids = self.prompts.token_ids(body, session_key)
@@ -90,29 +91,48 @@ class CacheRouter:
             seqs.append(seq)
             hits.append(view.predict(seq))
             displaced.append(view.displaced(seq, tick))
-        return Prediction(token_ids, token_keys, seqs, hits, displaced)
+        return CachePrediction(token_ids, token_keys, seqs, hits, displaced)
 
     def start(
         self,
-        prediction: Prediction,
+        prediction: CachePrediction,
         backends: Sequence[Backend],
         chosen: Backend,
         body: Mapping[str, Any],
-    ) -> Callable[[int], None]:
-        """Pin the request in ``chosen``'s view; returns the function to call with the
-        number of generated tokens when the request ends."""
+    ) -> CacheLease:
+        """Pin the request in ``chosen``'s view; the lease records its end there."""
         request_id = self._next_request_id
         self._next_request_id += 1
         max_output = body.get("max_tokens") or body.get("max_completion_tokens")
         if not isinstance(max_output, int) or isinstance(max_output, bool) or max_output < 1:
             max_output = DEFAULT_MAX_OUTPUT_TOKENS
         view = chosen.view()
-        seq = prediction.seqs[backends.index(chosen)]
-        view.start(request_id, seq, prediction.token_ids, max_output)
+        index = backends.index(chosen)
+        view.start(request_id, prediction.seqs[index], prediction.token_ids, max_output)
         if self.logger.isEnabledFor(logging.DEBUG):
             self.logger.debug(prediction.explain(backends, chosen))
+        return CacheLease(self, view, request_id, prediction, chosen.name, prediction.hits[index])
 
-        def finish(num_output_tokens: int) -> None:
-            view.finish(request_id, num_output_tokens, self._next_request_id)
+    @property
+    def tick(self) -> int:
+        """The number of requests started so far (the views' clock for slot reuse)."""
+        return self._next_request_id
 
-        return finish
+
+@dataclass(frozen=True, slots=True)
+class CacheLease:
+    """One request pinned in the view of the backend the policy chose."""
+
+    router: CacheRouter
+    view: BackendCacheView
+    request_id: int
+    prediction: CachePrediction
+    backend: str
+    """The chosen backend's name."""
+    predicted_cached_tokens: int
+    """The prediction for the chosen backend."""
+
+    def release(self, num_output_tokens: int) -> None:
+        """The request ended having generated ``num_output_tokens``: its prompt and
+        answer are now cached in the view (call once)."""
+        self.view.finish(self.request_id, num_output_tokens, self.router.tick)

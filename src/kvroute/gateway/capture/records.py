@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -37,15 +37,14 @@ from kvroute.gateway.capture.attrs import attr_fields
 from kvroute.gateway.capture.bodies import BodyPart, RecentLongBodies, body_key
 from kvroute.gateway.capture.hashes import PrefixHasher, packed
 from kvroute.gateway.prompts.tokens import PromptTokens
-from kvroute.gateway.types import Request
 from kvroute.trace.formats.base import RecordError
 from kvroute.trace.hashing import keyed_hashes
 from kvroute.types import TokenIds
 
 
 class CaptureEvent(NamedTuple):
-    """One forwarded request, as the request path hands it over: a tuple of
-    references (a frozen dataclass costs several times more to build)."""
+    """One forwarded request, as the request path hands it over (built from its
+    :class:`~kvroute.gateway.outcome.Outcome`): a tuple of references."""
 
     body: Mapping[str, Any]
     arrival_unix_s: float
@@ -64,42 +63,6 @@ class CaptureEvent(NamedTuple):
     observe: bool = False
     """Hand the record to the capture's ``on_records`` (the live traffic window takes
     its prompt blocks from capture when the route did not tokenize)."""
-
-
-def capture_event(
-    request: Request,
-    body: Mapping[str, Any],
-    session_id: str | None,
-    status: int,
-    clock: Callable[[], float],
-    wall_clock: Callable[[], float],
-    *,
-    observe: bool = False,
-) -> CaptureEvent:
-    """The event of a request whose answer is done (its usage is known by then):
-    references only, cheap enough for the request path."""
-    ctx = request.ctx
-    end_unix_s = wall_clock()
-    workload = ctx.workload
-    # tuple.__new__ directly: a named tuple's own __new__ is Python code (half the cost).
-    return tuple.__new__(
-        CaptureEvent,
-        (
-            body,
-            end_unix_s - (clock() - request.received_s),
-            end_unix_s,
-            session_id,
-            ctx.model,
-            workload.value if workload else None,
-            ctx.backend,
-            status,
-            ctx.prompt_tokens,
-            ctx.completion_tokens,
-            ctx.cached_tokens,
-            ctx.prompt_token_ids,
-            observe,
-        ),
-    )
 
 
 class CaptureRecords:

@@ -33,12 +33,13 @@ import orjson
 from kvroute.errors import EngineError
 from kvroute.gateway.backends.backend import Backend
 from kvroute.gateway.config.gateway import RetryConfig
-from kvroute.gateway.errors import GatewayError, sse_error_event
+from kvroute.gateway.errors import GatewayError
 from kvroute.gateway.ops.metrics import GatewayMetrics
 from kvroute.gateway.proxy.prepare import ClientBody
 from kvroute.gateway.proxy.sse_relay import SseRelay
-from kvroute.gateway.types import BodySink, Request, Response
+from kvroute.gateway.types import GatewayRequest
 from kvroute.http.client import Exchange, FailureKind, UpstreamFailure, UpstreamRequest
+from kvroute.http.messages import BodySink, Response, sse_error_event
 
 RETRYABLE_STATUSES = frozenset({502, 503, 504})
 MAX_UPSTREAM_BODY_BYTES = 64 * 1024 * 1024
@@ -51,12 +52,15 @@ class Forward:
     """One request to forward: the client's, its parsed body, the bytes to send and
     the backends to try in order."""
 
-    request: Request
+    request: GatewayRequest
     body: ClientBody
     payload: bytes
     backends: list[Backend]
     strip_usage: bool
     route_headers: bool
+    route_detail: str
+    """Why these backends (``x-kvroute-route``, when ``route_headers``)."""
+    retry: RetryConfig
 
 
 class _Flow:
@@ -66,7 +70,12 @@ class _Flow:
     __slots__ = ("backend", "done", "exchange", "probe", "proxy", "request")
 
     def __init__(
-        self, proxy: Proxy, request: Request, backend: Backend, exchange: Exchange, probe: bool
+        self,
+        proxy: Proxy,
+        request: GatewayRequest,
+        backend: Backend,
+        exchange: Exchange,
+        probe: bool,
     ) -> None:
         self.proxy, self.request, self.backend, self.exchange = proxy, request, backend, exchange
         self.probe = probe
@@ -97,7 +106,6 @@ class Proxy:
     def __init__(
         self,
         metrics: GatewayMetrics,
-        retry: Callable[[], RetryConfig],
         *,
         rng: random.Random,
         clock: Callable[[], float] = time.monotonic,
@@ -105,7 +113,6 @@ class Proxy:
     ) -> None:
         self.metrics = metrics
         self.logger = logging.getLogger("kvroute.gateway")
-        self._retry = retry
         self.rng = rng
         self.clock = clock
         self._sleep = sleep
@@ -113,7 +120,7 @@ class Proxy:
     async def forward(self, fwd: Forward) -> Response:
         """The response from the first backend that answers; raises
         :class:`GatewayError` (502/503/504) when every attempt failed."""
-        retry = self._retry()
+        retry = fwd.retry
         ctx = fwd.request.ctx
         last: UpstreamFailure | None = None
         tried = 0
@@ -162,7 +169,7 @@ class Proxy:
         request, timeouts = fwd.request, backend.config.timeouts
         deadline = request.received_s + timeouts.total_s
         stream = fwd.body.stream
-        headers = [("content-type", "application/json"), ("x-request-id", request.ctx.request_id)]
+        headers = [("content-type", "application/json"), ("x-request-id", request.request_id)]
         if stream:
             headers.append(("accept", "text/event-stream"))
         if backend.config.api_key:
@@ -214,8 +221,8 @@ class Proxy:
             workload = fwd.request.ctx.workload
             headers.append(("x-kvroute-backend", backend.name))
             headers.append(("x-kvroute-class", workload.value if workload else ""))
-            if fwd.request.ctx.route_detail:
-                headers.append(("x-kvroute-route", fwd.request.ctx.route_detail))
+            if fwd.route_detail:
+                headers.append(("x-kvroute-route", fwd.route_detail))
         return headers
 
     def _full_response(
@@ -299,7 +306,7 @@ class _RelayStream:
             flow.end(exc)
             flow.proxy.logger.warning(
                 "stream %s from backend %s cut: %s",
-                flow.request.ctx.request_id,
+                flow.request.request_id,
                 flow.backend.name,
                 exc,
             )
@@ -362,7 +369,7 @@ async def _read_all(exchange: Exchange, deadline: float, clock: Callable[[], flo
         parts.append(data)
 
 
-def _read_usage(*, ctx_holder: Request, backend: Backend, event: Mapping[str, Any]) -> None:
+def _read_usage(*, ctx_holder: GatewayRequest, backend: Backend, event: Mapping[str, Any]) -> None:
     """Token counts from a response (or its usage chunk), cached tokens the way the
     backend's engine adapter reads them."""
     ctx = ctx_holder.ctx

@@ -2,7 +2,8 @@
 
 The gateway checks what it needs to route, and what engines answer with a 500 (in
 their own error shape) instead of a 400: a JSON object; ``messages`` of objects with
-a string ``role`` and a ``content`` that is a string, null or an array of parts
+a string ``role``, a ``name`` (when given) that is a string, and a ``content`` that
+is a string, null or an array of parts
 (objects with a string ``type``; a ``text`` part's ``text`` a string), or ``prompt``;
 a string ``model``; a boolean ``stream``; ``tools``, when given, an array of objects
 each with ``type`` "function" and a ``function`` object whose ``name`` is a non-empty string.
@@ -30,7 +31,9 @@ from kvroute.gateway.errors import bad_request
 _INJECTED = b'"stream_options":{"include_usage":true},'
 
 
-class Endpoint(enum.Enum):
+class CompletionPath(enum.Enum):
+    """The two completion endpoints, by their path."""
+
     CHAT = "/v1/chat/completions"
     COMPLETIONS = "/v1/completions"
 
@@ -41,13 +44,13 @@ class ClientBody:
 
     raw: bytes
     data: dict[str, Any]
-    endpoint: Endpoint
+    path: CompletionPath
     model: str
     stream: bool
     wants_usage: bool
 
 
-def parse_body(raw: bytes, endpoint: Endpoint) -> ClientBody:
+def parse_body(raw: bytes, path: CompletionPath) -> ClientBody:
     """Decode and check ``raw``; raise a 400 :class:`GatewayError` naming the field."""
     if not raw.strip():
         raise bad_request("the request body is empty; send a JSON object")
@@ -62,7 +65,7 @@ def parse_body(raw: bytes, endpoint: Endpoint) -> ClientBody:
         raise bad_request("'model' is required: name the model to use", param="model")
     if not isinstance(model, str):
         raise bad_request("'model' must be a string", param="model")
-    if endpoint is Endpoint.CHAT:
+    if path is CompletionPath.CHAT:
         _check_messages(data.get("messages"))
         _check_tools(data.get("tools"))
     elif not isinstance(data.get("prompt"), str | list):
@@ -76,7 +79,7 @@ def parse_body(raw: bytes, endpoint: Endpoint) -> ClientBody:
     if options is not None and not isinstance(options, dict):
         raise bad_request("'stream_options' must be an object", param="stream_options")
     wants_usage = bool(options.get("include_usage")) if options else False
-    return ClientBody(raw, data, endpoint, model, stream, wants_usage)
+    return ClientBody(raw, data, path, model, stream, wants_usage)
 
 
 def _check_messages(messages: object) -> None:
@@ -91,6 +94,9 @@ def _check_messages(messages: object) -> None:
                 f"messages[{i}] needs a string 'role' (system, user, assistant or tool)",
                 param=f"messages[{i}].role",
             )
+        if "name" in m and not isinstance(m["name"], str):
+            # llama-server: 500 "type must be string" (found by test_fuzz_openapi.py)
+            raise bad_request(f"messages[{i}].name must be a string", param=f"messages[{i}].name")
         _check_content(m.get("content"), f"messages[{i}].content")
 
 

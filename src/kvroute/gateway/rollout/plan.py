@@ -19,7 +19,7 @@ import enum
 import hashlib
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvroute.gateway.backends.backend import Backend
 from kvroute.gateway.config.gateway import RouteConfig
@@ -28,7 +28,6 @@ from kvroute.gateway.errors import GatewayError
 from kvroute.gateway.ops.metrics import LATENCY_BUCKETS_S
 from kvroute.gateway.ops.prometheus import Counter, Gauge, Histogram, Metric, render
 from kvroute.gateway.routing.routes import Route, candidates
-from kvroute.gateway.types import RequestContext
 from kvroute.stats import percentile
 
 LATENCY_WINDOW = 4096
@@ -59,15 +58,17 @@ def sticky_key(sticky: StickyBy, session_key: str | None, key_name: str, request
     return f"request:{request_id}"
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RolloutPlan:
-    """One request's rollout decisions (mutable: a fallback changes ``side``)."""
+    """One request's rollout decisions."""
 
     route: str
     side: Side
     pool: str | None
     """The pool to route in; None: the route's own."""
     shadow: bool
+    has_canary: bool
+    """The route has a canary (its record compares the two sides)."""
     detail: str = ""
     """What ``x-kvroute-route`` says about it."""
 
@@ -92,7 +93,7 @@ def plan_rollout(
         key = sticky_key(shadow.sample, session_key, key_name, request_id)
         mirrored = unit_hash(f"shadow:{config.name}", key) < shadow.share
         detail = f"{detail} shadow={shadow.pool if mirrored else 'no'}".strip()
-    return RolloutPlan(config.name, side, pool, mirrored, detail)
+    return RolloutPlan(config.name, side, pool, mirrored, canary is not None, detail)
 
 
 def rollout_candidates(
@@ -101,17 +102,17 @@ def rollout_candidates(
     backends: Sequence[Backend],
     model: str,
     now_s: float,
-) -> list[Backend]:
-    """The available backends of the plan's pool; the route's own when the canary
-    pool has none (the plan then says so)."""
+) -> tuple[RolloutPlan | None, list[Backend]]:
+    """The available backends of the plan's pool, and the plan; the route's own pool
+    when the canary pool has none (the plan returned then says so)."""
     if plan is None or plan.pool is None:
-        return candidates(route, backends, model, now_s)
+        return plan, candidates(route, backends, model, now_s)
     try:
-        return candidates(route, backends, model, now_s, pool=plan.pool)
+        return plan, candidates(route, backends, model, now_s, pool=plan.pool)
     except GatewayError:
-        plan.side, plan.pool = Side.PRIMARY, None
-        plan.detail = plan.detail.replace("canary=canary", "canary=primary canary_unavailable")
-        return candidates(route, backends, model, now_s)
+        detail = plan.detail.replace("canary=canary", "canary=primary canary_unavailable")
+        fallback = replace(plan, side=Side.PRIMARY, pool=None, detail=detail)
+        return fallback, candidates(route, backends, model, now_s)
 
 
 # -- the record ---------------------------------------------------------------------------
@@ -136,19 +137,6 @@ class Sample:
         if self.error == CLIENT_DISCONNECT:
             return False
         return bool(self.error) or not 200 <= self.status < 300
-
-    @staticmethod
-    def of(ctx: RequestContext, status: int) -> Sample:
-        return Sample(
-            ctx.pool,
-            ctx.backend,
-            status,
-            ctx.error_kind,
-            ctx.ttft_s,
-            ctx.e2e_s,
-            ctx.prompt_tokens,
-            ctx.cached_tokens,
-        )
 
     def as_json(self) -> dict[str, object]:
         return {

@@ -31,9 +31,10 @@ from kvroute.errors import EngineError
 from kvroute.gateway.backends.backend import Backend
 from kvroute.gateway.config.gateway import RouteConfig
 from kvroute.gateway.config.rollout import ShadowConfig
+from kvroute.gateway.outcome import Ending, Outcome
 from kvroute.gateway.proxy.sse_relay import SseRelay
 from kvroute.gateway.rollout.plan import RolloutPlan, RolloutStats, Sample, ShadowPair, Side
-from kvroute.gateway.types import Request, Response
+from kvroute.gateway.types import GatewayRequest
 from kvroute.http.client import Exchange, FailureKind, UpstreamFailure, UpstreamRequest
 
 SHADOW_HEADER = "x-kvroute-shadow"
@@ -50,40 +51,41 @@ class ShadowMirror:
         self._turn = itertools.count()
         self._closed = False
 
-    def after_forward(
+    def mirror(
         self,
         plan: RolloutPlan,
         route: RouteConfig,
-        request: Request,
-        response: Response,
+        request: GatewayRequest,
         payload: bytes,
         backends: Sequence[Backend],
         model: str,
-    ) -> None:
-        """The client's answer is committed: mirror it if planned, and record its side
-        when it ends."""
-        pair = None
-        if plan.shadow and route.shadow is not None:
-            pair = self._launch(route.name, route.shadow, request, payload, backends, model)
-        has_canary = route.canary is not None
-        ctx = request.ctx
+    ) -> ShadowPair | None:
+        """The client's answer is committed: send its shadow copy if the plan says so.
+        Returns the pair the copy's measurements go to, or None."""
+        if not plan.shadow or route.shadow is None:
+            return None
+        return self._launch(route.name, route.shadow, request, payload, backends, model)
 
-        def done() -> None:
-            sample = Sample.of(ctx, response.status)
-            self.stats.served(plan, sample, has_canary)
-            if pair is not None:
-                self.stats.mirrored(pair, Side.PRIMARY, sample)
-
-        response.closers.append(done)
-
-    def after_failure(
-        self, plan: RolloutPlan, route: RouteConfig, request: Request, status: int, kind: str
-    ) -> None:
-        """No backend answered the client (the gateway's own 5xx): count it against the
-        side it was routed to. Such a request is not mirrored."""
-        ctx = request.ctx
-        sample = Sample(ctx.pool, ctx.backend, status, kind, None, None, None, None)
-        self.stats.served(plan, sample, route.canary is not None)
+    def observe(self, outcome: Outcome) -> None:
+        """A request of a rollout route is over: record it on the side it took (and as
+        the primary half of its pair when it was mirrored). A request that got no
+        answer (the client left first) is not recorded."""
+        plan = outcome.plan.rollout
+        if plan is None or outcome.ending is Ending.CANCELLED:
+            return
+        sample = Sample(
+            outcome.pool,
+            outcome.backend,
+            outcome.status,
+            outcome.error_kind,
+            outcome.ttft_s,
+            outcome.e2e_s,
+            outcome.prompt_tokens,
+            outcome.cached_tokens,
+        )
+        self.stats.served(plan, sample, plan.has_canary)
+        if outcome.shadow is not None:
+            self.stats.mirrored(outcome.shadow, Side.PRIMARY, sample)
 
     async def aclose(self) -> None:
         """Stop mirroring; cancel copies in flight (their connections are aborted)."""
@@ -99,7 +101,7 @@ class ShadowMirror:
         self,
         route: str,
         shadow: ShadowConfig,
-        request: Request,
+        request: GatewayRequest,
         payload: bytes,
         backends: Sequence[Backend],
         model: str,
@@ -127,7 +129,7 @@ class ShadowMirror:
                 (ib[0] - turn) % len(available),
             ),
         )[1]
-        pair = self.stats.new_pair(route, request.ctx.request_id)
+        pair = self.stats.new_pair(route, request.request_id)
         self._in_flight[route] = self._in_flight.get(route, 0) + 1
         self.stats.num_shadow_in_flight += 1
         copy = _copy_request(request, payload, backend)
@@ -137,7 +139,7 @@ class ShadowMirror:
         return pair
 
     async def _run(
-        self, pair: ShadowPair, backend: Backend, copy: UpstreamRequest, request: Request
+        self, pair: ShadowPair, backend: Backend, copy: UpstreamRequest, request: GatewayRequest
     ) -> None:
         try:
             sample = await self._send(backend, copy, request.ctx.stream)
@@ -212,10 +214,10 @@ class ShadowMirror:
         )
 
 
-def _copy_request(request: Request, payload: bytes, backend: Backend) -> UpstreamRequest:
+def _copy_request(request: GatewayRequest, payload: bytes, backend: Backend) -> UpstreamRequest:
     headers = [
         ("content-type", "application/json"),
-        ("x-request-id", request.ctx.request_id),
+        ("x-request-id", request.request_id),
         (SHADOW_HEADER, "1"),
     ]
     if request.ctx.stream:

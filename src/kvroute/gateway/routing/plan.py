@@ -1,121 +1,101 @@
-"""Per-request route planning, between the route and the forward: the session key,
-the backends' order (with cache_aware's predicted hits), and what runs once the answer
-is complete (the cache view, the traffic window, capture).
+"""The plan stage of a completion request: its route, session key, rollout side, the
+backends to try in the policy's order, the bytes to send them, and on a cache_aware
+route the request pinned in the chosen backend's cache view.
 
-Plain functions over what :class:`~kvroute.gateway.app.Gateway` owns; the gateway
-passes its parts in (router, rng, traffic window, capture, clocks).
+Plain functions over what the pipeline passes in (state, router, rng, clock).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kvroute.gateway.backends.backend import Backend
-from kvroute.gateway.cacheview.router import CacheRouter
-from kvroute.gateway.capture.records import capture_event
-from kvroute.gateway.capture.worker import TraceCapture
+from kvroute.gateway.cacheview.router import CacheLease, CacheRouter
 from kvroute.gateway.config.gateway import SessionConfig
+from kvroute.gateway.proxy.prepare import ClientBody, upstream_body
+from kvroute.gateway.rollout.plan import RolloutPlan, plan_rollout, rollout_candidates
 from kvroute.gateway.routing.policies.base import PickInput
 from kvroute.gateway.routing.policies.registry import CACHE_AWARE
-from kvroute.gateway.routing.routes import Route, order_backends
-from kvroute.gateway.traffic.shape import TrafficShape
-from kvroute.gateway.traffic.status import observe_request, observing_finish
-from kvroute.gateway.types import Request, Response
+from kvroute.gateway.routing.routes import Route, order_backends, select_route
+from kvroute.gateway.state import GatewayState
+from kvroute.gateway.types import GatewayRequest, WorkloadClass
 
 
-def session_key(session: SessionConfig, request: Request, data: dict[str, object]) -> str | None:
-    value = request.headers.get(session.header)
+@dataclass(frozen=True, slots=True)
+class RoutePlan:
+    """Where one request goes, decided before it is forwarded."""
+
+    route: Route
+    model: str
+    """The model the backends serve it under (the route's ``upstream_model`` or the
+    client's)."""
+    session_key: str | None
+    rollout: RolloutPlan | None
+    backends: list[Backend]
+    """The backends to try, in the policy's order (the first is the policy's choice)."""
+    payload: bytes
+    """The body sent upstream (see :func:`~kvroute.gateway.proxy.prepare.upstream_body`)."""
+    strip_usage: bool
+    """The gateway asked for the stream's usage: the relay removes it again."""
+    lease: CacheLease | None
+    """cache_aware only: the request pinned in the first backend's cache view."""
+    detail: str
+    """Why, as ``x-kvroute-route`` says it (the rollout side, cache_aware's hits)."""
+
+
+def session_key(
+    session: SessionConfig, headers: Mapping[str, str], data: Mapping[str, Any]
+) -> str | None:
+    value = headers.get(session.header)
     if value:
         return value
     user = data.get("user") if session.use_user_field else None
     return user if isinstance(user, str) and user else None
 
 
-def order(
-    request: Request,
-    route: Route,
-    available: list[Backend],
-    data: dict[str, Any],
-    session_key: str | None,
+def plan_route(
+    state: GatewayState,
+    request: GatewayRequest,
+    body: ClientBody,
+    workload: WorkloadClass,
     *,
     cache_router: CacheRouter | None,
     rng: random.Random,
-    traffic: TrafficShape,
-    clock: Callable[[], float],
-) -> tuple[list[Backend], Callable[[int], None] | None]:
-    """The policy's order of ``available``; on a cache_aware route also the
-    function that records the request's end in the chosen backend's cache view."""
+    now_s: float,
+) -> RoutePlan:
+    """The plan for ``request`` (its parsed ``body``). Raises the
+    :class:`~kvroute.gateway.errors.GatewayError` of a model no route or backend
+    serves (404) or whose backends are all down (503). Writes the route's name, pool
+    and policy into the request's context as soon as they are known (the access
+    log's and metrics' labels, also when a later step refuses the request)."""
+    ctx, data = request.ctx, body.data
+    route = select_route(state.routes, body.model, workload)
+    ctx.route, ctx.pool, ctx.policy = route.config.name, route.config.pool, route.config.policy
+    upstream_model = route.config.upstream_model or body.model
+    key = session_key(state.config.session, request.headers, data)
+    rollout = plan_rollout(route.config, key, ctx.key_name, request.request_id)
+    rollout, available = rollout_candidates(route, rollout, state.backends, upstream_model, now_s)
     router = cache_router if route.config.policy == CACHE_AWARE else None
-    prediction = router.predict(data, available, session_key) if router is not None else None
+    prediction = router.predict(data, available, key) if router is not None else None
     pick = PickInput(
         rng=rng,
         sequence=route.next_sequence(),
-        session_key=session_key,
-        workload=request.ctx.workload,
+        session_key=key,
+        workload=workload,
         prompt_tokens=prediction.num_tokens if prediction is not None else 0,
     )
     hits = prediction.hits if prediction is not None else None
     displaced = prediction.displaced if prediction is not None else None
     ordered = order_backends(route, available, pick, hits, displaced)
-    if router is None or prediction is None:
-        return ordered, None
-    explained = prediction.explain(available, ordered[0])
-    request.ctx.prompt_token_ids = (router.prompts.tokenizer.name, prediction.token_ids)
-    detail = request.ctx.route_detail  # a rollout's decision comes first
-    request.ctx.route_detail = f"{detail} {explained}" if detail else explained
-    finish = router.start(prediction, available, ordered[0], data)
-    return ordered, observing_finish(
-        traffic,
-        request.ctx,
-        prediction,
-        available.index(ordered[0]),
-        ordered[0].name,
-        finish,
-        clock,
-    )
-
-
-def when_done(
-    request: Request,
-    response: Response,
-    data: dict[str, Any],
-    session_key: str | None,
-    finish: Callable[[int], None] | None,
-    *,
-    traffic: TrafficShape,
-    capture: TraceCapture | None,
-    clock: Callable[[], float],
-    wall_clock: Callable[[], float],
-) -> None:
-    """What runs once the answer is complete: the cache view and the traffic window,
-    then capture."""
-    ctx = request.ctx
-    # Without a cache_aware route the window gets the prompt's blocks from capture
-    # (tokenized on its worker) when capture hashes at the window's block size.
-    via_capture = (
-        finish is None
-        and capture is not None
-        and capture.on_records is not None
-        and capture.config.block_size_tokens == traffic.config.block_size_tokens
-    )
-    if finish is not None:
-        done = finish
-        response.closers.append(lambda: done(ctx.completion_tokens or 0))
-    elif not via_capture:
-        response.closers.append(lambda: observe_request(traffic, ctx, clock()))
-    if capture is not None:
-        response.closers.append(
-            lambda: capture.submit(
-                capture_event(
-                    request,
-                    data,
-                    session_key,
-                    response.status,
-                    clock,
-                    wall_clock,
-                    observe=via_capture,
-                )
-            )
-        )
+    detail = rollout.detail if rollout is not None else ""
+    lease = None
+    if router is not None and prediction is not None:
+        explained = prediction.explain(available, ordered[0])
+        detail = f"{detail} {explained}" if detail else explained  # the rollout's first
+        lease = router.start(prediction, available, ordered[0], data)
+    inject = body.stream and not body.wants_usage
+    payload = upstream_body(body, inject_usage=inject, model=route.config.upstream_model)
+    return RoutePlan(route, upstream_model, key, rollout, ordered, payload, inject, lease, detail)

@@ -5,14 +5,13 @@ the ``/metrics`` gauges and counters, and the ``GET /kvroute/status`` page
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kvroute.analyze.result import EQUIVALENT_BELOW, RADIX_ABOVE, VerdictLevel
-from kvroute.gateway.cacheview.router import Prediction
 from kvroute.gateway.ops.prometheus import Counter, Gauge, MirroredCounter, render
+from kvroute.gateway.outcome import Outcome
 from kvroute.gateway.traffic.shape import BAND_WORDS, TrafficShape, band_of
-from kvroute.gateway.types import RequestContext
 from kvroute.trace.hashing import chain_hashes
 
 NOT_TOKENIZED = (
@@ -28,52 +27,36 @@ NO_TOKENIZED_YET = (
 )
 
 
-def observe_request(traffic: TrafficShape, ctx: RequestContext, now_s: float) -> None:
-    """A finished request that was not tokenized: class, backend, engine usage."""
+def observe_outcome(traffic: TrafficShape, outcome: Outcome, now_s: float) -> None:
+    """An answered request into the window: class, backend, engine usage and, when the
+    route tokenized its prompt (cache_aware), its prompt blocks and the predicted hit
+    on the backend the policy chose (compared only when that backend answered)."""
+    workload = outcome.workload.value
+    lease = outcome.plan.lease
+    if lease is None:
+        traffic.observe(
+            now_s,
+            workload=workload,
+            backend=outcome.backend,
+            usage_prompt_tokens=outcome.prompt_tokens,
+            reported_cached_tokens=outcome.cached_tokens,
+        )
+        return
+    prediction, block = lease.prediction, traffic.config.block_size_tokens
+    keys = next((s.keys for s in prediction.seqs if s.unit_tokens == block), None)
+    if keys is None:
+        keys = chain_hashes(prediction.token_ids, block)
+    predicted = lease.predicted_cached_tokens if outcome.backend == lease.backend else None
     traffic.observe(
         now_s,
-        workload=ctx.workload.value if ctx.workload else "",
-        backend=ctx.backend,
-        usage_prompt_tokens=ctx.prompt_tokens,
-        reported_cached_tokens=ctx.cached_tokens,
+        workload=workload,
+        backend=outcome.backend,
+        block_hashes=keys,
+        num_tokens=prediction.num_tokens,
+        usage_prompt_tokens=outcome.prompt_tokens,
+        reported_cached_tokens=outcome.cached_tokens,
+        predicted_cached_tokens=predicted,
     )
-
-
-def observing_finish(
-    traffic: TrafficShape,
-    ctx: RequestContext,
-    prediction: Prediction,
-    chosen_index: int,
-    chosen_name: str,
-    finish: Callable[[int], None],
-    clock: Callable[[], float],
-) -> Callable[[int], None]:
-    """``finish`` (the cache view's end of a cache_aware request), then the request
-    into the traffic window with its prompt blocks and the predicted hit on the
-    backend the policy chose (compared only when that backend answered)."""
-    predicted = prediction.hits[chosen_index]
-    block = traffic.config.block_size_tokens
-
-    def done(num_output_tokens: int) -> None:
-        finish(num_output_tokens)
-        keys = next(
-            (s.keys for s in prediction.seqs if s.unit_tokens == block),
-            None,
-        )
-        if keys is None:
-            keys = chain_hashes(prediction.token_ids, block)
-        traffic.observe(
-            clock(),
-            workload=ctx.workload.value if ctx.workload else "",
-            backend=ctx.backend,
-            block_hashes=keys,
-            num_tokens=prediction.num_tokens,
-            usage_prompt_tokens=ctx.prompt_tokens,
-            reported_cached_tokens=ctx.cached_tokens,
-            predicted_cached_tokens=predicted if ctx.backend == chosen_name else None,
-        )
-
-    return done
 
 
 def status(

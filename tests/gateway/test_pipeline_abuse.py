@@ -10,7 +10,7 @@ import pytest
 
 from gateway.fake_upstream import FakeUpstream
 from gateway.harness import LoopThread, running_gateway
-from gateway.test_proxy import config
+from gateway.proxy.test_forward import config
 
 DEEP = b'{"extra_body": ' * 1000 + b"{}" + b"}" * 1000
 

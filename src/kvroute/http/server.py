@@ -1,11 +1,10 @@
-"""The HTTP/1.1 server: asyncio protocol + httptools' C parser, nothing else.
+"""The data plane's HTTP/1.1 server: asyncio protocol + httptools' C parser, nothing else.
 
 Why our own: a gateway's whole job is the few hundred microseconds it adds, and every
 layer between the socket and the handler costs there (bench/gateway_overhead.py
-measures it). Whether a well-kept server would do better is measured side by side by
-bench/gateway_servers.py (bare handlers, CPU per request and heads at defaults; see
-bench/RESULTS.md, where granian's native interface comes out cheaper: the switch is
-open). This server keeps one task per request,
+measures it). bench/gateway_servers.py compares it with well-kept servers side by side;
+the gateway-perimeter issue kept this one over granian (its limits and drain are the
+gateway's own; see bench/RESULTS.md). This server keeps one task per request,
 writes streamed pieces the moment they come (chunked encoding, no buffering, with
 back-pressure from the socket), and cancels a request's task the moment its client
 goes away, so the upstream request is cancelled too.
@@ -38,14 +37,20 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, Generic, cast
 
 import httptools
 
 from kvroute.errors import UsageError
-from kvroute.gateway.errors import error_payload, sse_error_event
-from kvroute.gateway.response_head import response_head
-from kvroute.gateway.types import Handler, Request, RequestContext, Response
+from kvroute.http.messages import (
+    C,
+    Handler,
+    HttpRequest,
+    Response,
+    error_payload,
+    sse_error_event,
+)
+from kvroute.http.response_head import response_head
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +96,7 @@ class _Connection(asyncio.Protocol):
     after them, then the connection closes.
     """
 
-    def __init__(self, server: HttpServer) -> None:
+    def __init__(self, server: HttpServer[Any]) -> None:
         self._server = server
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
@@ -101,7 +106,7 @@ class _Connection(asyncio.Protocol):
         self._head_problem: tuple[int, str] | None = None
         self._body = bytearray()
         self._received_s = 0.0
-        self._pending: deque[tuple[Request, bool, bool]] = deque()
+        self._pending: deque[tuple[HttpRequest[Any], bool, bool]] = deque()
         """(request, keep-alive, HTTP/1.0) in arrival order."""
         self._task: asyncio.Task[None] | None = None
         self._writable: asyncio.Future[None] | None = None
@@ -116,7 +121,7 @@ class _Connection(asyncio.Protocol):
         self._in_body = False
         self._continue_due = False
         self._chunked = True
-        self._current: Request | None = None
+        self._current: HttpRequest[Any] | None = None
         self._streaming_sse = False
         self._timer: asyncio.TimerHandle | None = None
         self._pipelined_due_s = 0.0
@@ -263,7 +268,7 @@ class _Connection(asyncio.Protocol):
         request_id = self._headers.get("x-request-id") or self._server.next_request_id()
         if len(request_id) > 128:
             request_id = request_id[:128]
-        request = Request(
+        request = HttpRequest(
             method=self._parser.get_method().decode("latin-1"),
             path=path,
             query=query,
@@ -271,7 +276,8 @@ class _Connection(asyncio.Protocol):
             body=bytes(self._body),
             client=self.client,
             received_s=self._received_s or time.monotonic(),
-            ctx=RequestContext(request_id=request_id),
+            request_id=request_id,
+            ctx=self._server.new_context(request_id),
         )
         keep_alive = self._parser.should_keep_alive()
         self._pending.append((request, keep_alive, self._parser.get_http_version() == "1.0"))
@@ -330,7 +336,7 @@ class _Connection(asyncio.Protocol):
         elif not self._in_message:
             self._arm(self._server.limits.keep_alive_s, self.close_if_idle)
 
-    async def _answer(self, request: Request, keep_alive: bool, http10: bool) -> None:
+    async def _answer(self, request: HttpRequest[Any], keep_alive: bool, http10: bool) -> None:
         self._server.num_active += 1
         self._current = request
         response: Response | None = None
@@ -371,7 +377,7 @@ class _Connection(asyncio.Protocol):
         """Shut down now: an SSE stream in progress ends with a terminal error event
         (clients see why it is incomplete), anything else is dropped. Returns the id
         of the request that was cut, if one was in progress."""
-        cut = self._current.ctx.request_id if self._current is not None else None
+        cut = self._current.request_id if self._current is not None else None
         transport = self._transport
         if self._streaming_sse and transport is not None and not self._closed:
             event = sse_error_event(
@@ -387,12 +393,12 @@ class _Connection(asyncio.Protocol):
         return cut
 
     def _write_head(
-        self, request: Request, response: Response, keep_alive: bool, http10: bool
+        self, request: HttpRequest[Any], response: Response, keep_alive: bool, http10: bool
     ) -> None:
         if self._transport is None or self._closed:
             return
         headers = list(response.headers)
-        headers.append(("x-request-id", request.ctx.request_id))
+        headers.append(("x-request-id", request.request_id))
         if not keep_alive:
             headers.append(("connection", "close"))
         elif http10:
@@ -543,20 +549,23 @@ class _Connection(asyncio.Protocol):
             self._timer = None
 
 
-class HttpServer:
+class HttpServer(Generic[C]):
     """Serves ``handler`` on a listening socket. ``num_active`` counts requests being
-    answered (streams included); :meth:`shutdown` drains them."""
+    answered (streams included); :meth:`shutdown` drains them. Each request carries
+    ``new_context(request_id)`` as its ``ctx``."""
 
     def __init__(
         self,
-        handler: Handler,
+        handler: Handler[C],
+        new_context: Callable[[str], C],
         limits: ServerLimits | None = None,
         on_rejected: Callable[[int, str], None] | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
         self.handler = handler
+        self.new_context = new_context
         self.limits = limits or ServerLimits()
-        self.logger = logger or logging.getLogger("kvroute.gateway")
+        self.logger = logger or logging.getLogger("kvroute.http")
         self.connections: dict[_Connection, None] = {}
         """Open connections, oldest first (the order eviction looks in)."""
         self.num_evicted = 0
@@ -668,7 +677,7 @@ class HttpServer:
             await self._server.wait_closed()
         return cut
 
-    def arrived_while_draining(self, request: Request) -> bool:
+    def arrived_while_draining(self, request: HttpRequest[Any]) -> bool:
         """Whether ``request`` came after :meth:`shutdown` began (new work to refuse)."""
         return self.drain_started_s is not None and request.received_s >= self.drain_started_s
 

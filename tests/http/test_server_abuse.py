@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from gateway.harness import LoopThread
-from kvroute.gateway.server import HttpServer, ServerLimits
-from kvroute.gateway.types import IteratorStream, Request, Response
+from kvroute.http.messages import HttpRequest, IteratorStream, Response
+from kvroute.http.server import HttpServer, ServerLimits
 
 LIMITS = ServerLimits(
     max_body_bytes=1000,
@@ -26,7 +26,11 @@ LIMITS = ServerLimits(
 GET = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
-async def app(request: Request) -> Response:
+def no_context(request_id: str) -> None:
+    return None
+
+
+async def app(request: HttpRequest[None]) -> Response:
     if request.path == "/hang":
         await asyncio.sleep(30)
     if request.path == "/big":
@@ -46,7 +50,7 @@ async def app(request: Request) -> Response:
 
 @pytest.fixture
 def server(loop_thread: LoopThread) -> Iterator[HttpServer]:
-    server = HttpServer(app, LIMITS)
+    server = HttpServer(app, no_context, LIMITS)
     loop_thread.run(server.start("127.0.0.1", 0))
     yield server
     loop_thread.run(server.shutdown(0.5))
@@ -220,7 +224,7 @@ def test_a_client_that_reads_no_answer_for_keep_alive_s_is_closed(
     """Pipelined answers never read fill the socket; after ``keep_alive_s`` with
     nothing read the connection is closed (before: it stayed open and busy for good,
     so enough of them filled ``max_connections`` and new clients got 503)."""
-    server = HttpServer(app, ServerLimits(keep_alive_s=0.5, pipelined_per_s=1000.0))
+    server = HttpServer(app, no_context, ServerLimits(keep_alive_s=0.5, pipelined_per_s=1000.0))
     loop_thread.run(server.start("127.0.0.1", 0))
     try:
         with connect(server) as s:
@@ -257,7 +261,7 @@ def test_pipelined_requests_are_paced_per_connection(loop_thread: LoopThread) ->
     every pipelined request was answered at full speed, so 8 connections that never
     read their answers took the gateway's CPU and pushed a prober's p99 to 95 ms)."""
     limits = ServerLimits(max_pipelined=2, pipelined_per_s=40.0)
-    server = HttpServer(app, limits)
+    server = HttpServer(app, no_context, limits)
     loop_thread.run(server.start("127.0.0.1", 0))
     try:
         with connect(server) as flood, connect(server) as other:
@@ -280,7 +284,7 @@ def test_pipelined_requests_are_paced_per_connection(loop_thread: LoopThread) ->
 def test_a_keep_alive_client_that_waits_for_its_answers_is_not_paced(
     loop_thread: LoopThread,
 ) -> None:
-    server = HttpServer(app, ServerLimits(pipelined_per_s=5.0))
+    server = HttpServer(app, no_context, ServerLimits(pipelined_per_s=5.0))
     loop_thread.run(server.start("127.0.0.1", 0))
     try:
         with connect(server) as s:

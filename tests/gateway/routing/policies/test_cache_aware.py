@@ -215,9 +215,9 @@ def test_router_predictions_equal_a_from_scratch_reference() -> None:
             assert np.array_equal(prediction.token_ids, ids)
             assert prediction.hits == [v.predict(v.seq(ids)) for v in reference]
             chosen = rng.randrange(len(backends))
-            finish = router.start(prediction, backends, backends[chosen], body)  # type: ignore[arg-type]
+            lease = router.start(prediction, backends, backends[chosen], body)  # type: ignore[arg-type]
             num_output = rng.randrange(1, 40)
-            finish(num_output)
+            lease.release(num_output)
             ref, request_id = reference[chosen], turn * 10 + s
             ref.model.pin(request_id, ref.seq(ids), ids.shape[0] + 32)
             first = next_pseudo[chosen]

@@ -10,11 +10,15 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from gateway.harness import LoopThread
-from kvroute.gateway.server import HttpServer, ServerLimits
-from kvroute.gateway.types import IteratorStream, Request, Response
+from kvroute.http.messages import HttpRequest, IteratorStream, Response
+from kvroute.http.server import HttpServer, ServerLimits
 
 
-async def app(request: Request) -> Response:
+def no_context(request_id: str) -> None:
+    return None
+
+
+async def app(request: HttpRequest[None]) -> Response:
     if request.path == "/stream":
 
         async def pieces():  # type: ignore[no-untyped-def]
@@ -29,7 +33,7 @@ async def app(request: Request) -> Response:
 
 @pytest.fixture
 def port(loop_thread: LoopThread) -> Iterator[int]:
-    server = HttpServer(app, ServerLimits(max_body_bytes=100))
+    server = HttpServer(app, no_context, ServerLimits(max_body_bytes=100))
     loop_thread.run(server.start("127.0.0.1", 0))
     yield server.port
     loop_thread.run(server.shutdown(1))
@@ -78,7 +82,7 @@ def test_malformed_request_is_400(port: int) -> None:
 
 
 def test_shutdown_with_nothing_in_flight_cuts_nothing(loop_thread: LoopThread) -> None:
-    server = HttpServer(app)
+    server = HttpServer(app, no_context)
     loop_thread.run(server.start("127.0.0.1", 0))
     assert loop_thread.run(server.shutdown(1)) == 0
 
@@ -88,7 +92,7 @@ def test_shutdown_keeps_listening_while_a_stream_finishes(loop_thread: LoopThrea
     with ``connection: close``; the listener closes once the stream is done."""
     release = asyncio.Event()
 
-    async def slow_app(request: Request) -> Response:
+    async def slow_app(request: HttpRequest[None]) -> Response:
         if request.path == "/slow":
 
             async def pieces() -> AsyncIterator[bytes]:
@@ -99,7 +103,7 @@ def test_shutdown_keeps_listening_while_a_stream_finishes(loop_thread: LoopThrea
             return Response(200, [], stream=IteratorStream(pieces()))
         return Response(200, [], b"draining=%d" % server.draining)
 
-    server = HttpServer(slow_app)
+    server = HttpServer(slow_app, no_context)
     loop_thread.run(server.start("127.0.0.1", 0))
     port = server.port
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
@@ -121,14 +125,14 @@ def test_shutdown_keeps_listening_while_a_stream_finishes(loop_thread: LoopThrea
 
 
 def test_end_drain_cuts_what_is_still_running(loop_thread: LoopThread) -> None:
-    async def endless_app(request: Request) -> Response:
+    async def endless_app(request: HttpRequest[None]) -> Response:
         async def pieces() -> AsyncIterator[bytes]:
             yield b"first"
             await asyncio.Event().wait()
 
         return Response(200, [], stream=IteratorStream(pieces()))
 
-    server = HttpServer(endless_app)
+    server = HttpServer(endless_app, no_context)
     loop_thread.run(server.start("127.0.0.1", 0))
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
         s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -12,7 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
-from gateway.test_capture import captured_files, conversations, event
+from gateway.capture.test_worker import captured_files, conversations, event
 from kvroute.errors import InputError
 from kvroute.gateway.capture.records import capture_records
 from kvroute.gateway.capture.worker import TraceCapture

@@ -7,13 +7,12 @@ from pathlib import Path
 from kvroute.gateway.ops.metrics import GatewayMetrics
 from kvroute.gateway.types import RequestContext, WorkloadClass
 
-DASHBOARD = Path(__file__).parents[2] / "docs" / "grafana-kvroute.json"
+DASHBOARD = Path(__file__).parents[3] / "docs" / "grafana-kvroute.json"
 
 
 def test_observe_one_stream() -> None:
     m = GatewayMetrics()
     ctx = RequestContext(
-        "r1",
         workload=WorkloadClass.AGENT,
         pool="p",
         policy="round_robin",

@@ -14,7 +14,7 @@ import pytest
 
 from gateway.fake_upstream import FakeUpstream, Mode
 from gateway.harness import LoopThread, RunningGateway, running_gateway
-from gateway.test_proxy import CHAT, config
+from gateway.proxy.test_forward import CHAT, config
 
 OPEN_S = 0.2
 URL = "/v1/chat/completions"
