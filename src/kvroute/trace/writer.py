@@ -1,4 +1,4 @@
-"""Writing kvroute trace JSONL (:mod:`kvroute.trace.formats.native`).
+"""Writing kvroute trace JSONL (:mod:`kvroute.trace.formats.kvroute`).
 
 Prompts are stored as chained block hashes only, never as text, so a trace can be
 shared without the prompts it came from. Files are written through
@@ -19,7 +19,7 @@ import orjson
 
 from kvroute.errors import InputError
 from kvroute.output_file import open_output
-from kvroute.trace.formats.native import HEADER_KEY, SCHEMA_VERSION
+from kvroute.trace.formats.kvroute import HEADER_KEY, SCHEMA_VERSION
 from kvroute.trace.hashing import (
     DEFAULT_SEED,
     HASH_SCHEME,

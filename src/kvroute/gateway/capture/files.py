@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING
 
 import orjson
 
-from kvroute.trace.formats.native import HEADER_KEY, SCHEMA_VERSION
+from kvroute.trace.formats.kvroute import HEADER_KEY, SCHEMA_VERSION
 from kvroute.trace.hashing import DEFAULT_SEED, HASH_SCHEME, KEYED_HASH_SCHEME
 
 if TYPE_CHECKING:
