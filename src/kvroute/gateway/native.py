@@ -39,7 +39,9 @@ _DEPENDS = (
     "trace/pretokenize.py",
     "trace/hashing.py",
     "trace/records.py",
+    "trace/writer.py",
     "trace/formats/base.py",
+    "trace/formats/kvroute.py",
     "trace/formats/openai_log.py",
 )
 """Modules outside the group that the compiled ones import: part of the stamp."""

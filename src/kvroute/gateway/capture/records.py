@@ -7,11 +7,8 @@ files.
 
 A record is the event's fields (times, status, session, model, usage, class, backend)
 followed by what the body alone decides (turn, messages, tools, structured output,
-the prompt's length and block hashes, its text when asked)::
-
-    {"t": ..., "end_t": ..., "status": 200, ..., "usage_prompt_tokens": 40, | "turn": 0, "messages": 1, "input_len": 37, "hashes": [...]}
-     <------------------ per event: built each time ------------------->   <--- per body: memoised, JSON included --->
-
+the prompt's length and block hashes, its text when asked), encoded by
+:mod:`kvroute.trace.writer` (the one record encoder, also ``kvroute export``'s).
 :class:`CaptureRecords` memoises the second part by the body's JSON, so a short body
 seen before (a retry, a client that repeats its prompt) costs a dictionary lookup: no
 tokenizing, no hashing, no JSON for its hashes. Long bodies (1,024+ characters of
@@ -40,6 +37,7 @@ from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.gateway.types import Request
 from kvroute.trace.formats.base import RecordError
 from kvroute.trace.hashing import keyed_hashes
+from kvroute.trace.writer import prompt_json, record_line, request_fields
 from kvroute.types import TokenIds
 
 
@@ -159,7 +157,7 @@ class CaptureRecords:
                 lines.append(part)
                 continue
             head = self._event_fields(event)
-            lines.append(orjson.dumps(head)[:-1] + b"," + part.json_tail)
+            lines.append(record_line(head, part.json_tail))
             if observed and event.observe:
                 records.append(head | part.fields)
         return lines, records
@@ -242,10 +240,7 @@ class CaptureRecords:
         hashes = self._hasher.hashes_json([ids for _, _, ids in made])
         parts: list[BodyPart] = []
         for j, ((key, fields, ids), (h, h_json)) in enumerate(zip(made, hashes, strict=True)):
-            fields["input_len"] = len(ids) >> 2  # 4 bytes an id
-            # orjson.dumps(fields)[1:] once "hashes" is in, with the hashes' JSON reused
-            # (one join: each + copied the hashes' ~1 KB of digits again).
-            tail = b"".join((orjson.dumps(fields)[1:-1], b',"hashes":', h_json, b"}"))
+            tail = prompt_json(fields, len(ids) >> 2, h_json)  # 4 bytes an id
             fields["hashes"] = h
             part = BodyPart(fields, tail)
             parts.append(part)
@@ -279,27 +274,21 @@ class CaptureRecords:
         return fields, token_ids
 
     def _event_fields(self, event: CaptureEvent) -> dict[str, Any]:
-        """The event's part of its record (keys in the order the trace has them)."""
-        rec: dict[str, Any] = {
-            "t": _to_micros(event.arrival_unix_s),
-            "end_t": _to_micros(event.end_unix_s),
-            "status": event.status,
-        }
-        if event.session_id:
-            rec["session"] = self._pseudonym(event.session_id)
-        if event.model:
-            rec["model"] = event.model
-        if event.completion_tokens is not None:
-            rec["output_len"] = event.completion_tokens
-        if event.workload is not None:
-            rec["class"] = event.workload
-        if event.backend:
-            rec["backend"] = event.backend
-        if event.cached_tokens is not None:
-            rec["cached"] = event.cached_tokens
-        if event.prompt_tokens is not None:
-            rec["usage_prompt_tokens"] = event.prompt_tokens
-        return rec
+        """The event's part of its record (:func:`~kvroute.trace.writer.request_fields`)."""
+        session = event.session_id
+        return request_fields(
+            _to_micros(event.arrival_unix_s),
+            _to_micros(event.end_unix_s),
+            event.status,
+            self._pseudonym(session) if session else None,
+            None,
+            event.model or None,
+            event.completion_tokens,
+            event.workload,
+            event.backend or None,
+            event.cached_tokens,
+            event.prompt_tokens,
+        )
 
     def _remember(self, key: bytes, part: BodyPart, *, seen_twice: bool) -> None:
         seen = self._seen_once
