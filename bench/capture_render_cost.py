@@ -34,6 +34,12 @@ from typing import Any
 
 import orjson
 
+try:  # the compiled build, as kvroute serve runs it (a tree from before _accel: its own)
+    from kvroute import _accel
+
+    _accel.enable()
+except ImportError:
+    pass
 from gateway_load import _body  # the gateway benches' request bodies
 from kvroute.gateway.capture.records import CaptureEvent, CaptureRecords
 from kvroute.gateway.capture.worker import RENDER_CHUNK
@@ -120,7 +126,10 @@ def _count(args: argparse.Namespace, records: int) -> int:
 def instructions(args: argparse.Namespace) -> dict[str, Any]:
     if shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind (apt install valgrind)")
-    from kvroute.gateway import native
+    try:
+        from kvroute._accel import GATEWAY as native
+    except ImportError:  # a tree from before kvroute._accel
+        from kvroute.gateway import native  # type: ignore[no-redef]
 
     if not native.status()[0]:
         raise SystemExit("--instructions counts the compiled build: run scripts/build-native")

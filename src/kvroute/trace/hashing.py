@@ -24,7 +24,7 @@ This module is kvroute's one block hash: one key scheme, whatever the block size
 block's key is always ``chain_hashes(ids, block_size_tokens)``, never a sample of the
 per-token chain), and every entry point here. The batch functions are numpy, fast over
 a trace's many prompts; :func:`block_hashes` hashes one prompt with ``chainhash.c``
-when its build is current (:mod:`kvroute.trace.native_c`) and numpy otherwise, and
+when its build is enabled (:mod:`kvroute._accel`) and numpy otherwise, and
 :class:`ChainExtender` extends a per-token chain over a prompt's new tail with few numpy
 calls (the gateway's router, per session).
 """
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvroute.trace import native_c
+from kvroute import _accel
 from kvroute.types import BlockHashes, TokenIds
 
 HASH_SCHEME = "kvroute-chain-v1"
@@ -252,7 +252,7 @@ def keyed_hashes(hashes: BlockHashes, key: bytes) -> BlockHashes:
 
 # -- one prompt: C when built -----------------------------------------------------
 
-_MODULE = native_c.load("chainhash")
+_MODULE = _accel.optional("kvroute.trace.chainhash")
 _NATIVE: Callable[[Any, int, int, bool], list[int]] | None = (
     None if _MODULE is None else _MODULE.block_hashes
 )
