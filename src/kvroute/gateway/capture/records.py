@@ -26,7 +26,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
 import orjson
 
 from kvroute.errors import KvrouteError
@@ -36,7 +35,7 @@ from kvroute.gateway.capture.hashes import PrefixHasher, packed
 from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.gateway.types import Request
 from kvroute.trace.formats.base import RecordError
-from kvroute.trace.hashing import keyed_hashes
+from kvroute.trace.hashing import keyed_values
 from kvroute.trace.writer import prompt_json, record_line, request_fields
 from kvroute.types import TokenIds
 
@@ -121,8 +120,6 @@ class CaptureRecords:
         self.key = key
         """The trace key: the hashes written go through
         :func:`~kvroute.trace.hashing.keyed_hashes` with it (None: written as they are)."""
-        self._keyed: dict[int, int] = {}
-        """Hash -> its keyed value, for prefixes seen again (bounded)."""
         self.block_size_tokens = block_size_tokens
         self.include_text = include_text
         self.max_bodies = max_bodies
@@ -173,24 +170,13 @@ class CaptureRecords:
                 continue
             rec = self._event_fields(e) | p.fields
             if self.key is not None:
-                rec["hashes"] = self._keyed_hashes(rec["hashes"])
+                rec["hashes"] = keyed_values(rec["hashes"], self.key)
             out.append(rec)
         return out
 
     def _keyed_json(self, hashes: list[int]) -> bytes:
-        return orjson.dumps(self._keyed_hashes(hashes))
-
-    def _keyed_hashes(self, hashes: list[int]) -> list[int]:
-        """``keyed_hashes(hashes, key)``, from the memo for hashes seen before."""
         assert self.key is not None
-        memo = self._keyed
-        missing = [h for h in hashes if h not in memo]
-        if missing:
-            if len(memo) + len(missing) > _MAX_KEYED:
-                memo.clear()  # a bound: the prefixes still in use come back
-            made = keyed_hashes(np.array(missing, dtype=np.uint64), self.key).tolist()
-            memo.update(zip(missing, made, strict=True))
-        return [memo[h] for h in hashes]
+        return orjson.dumps(keyed_values(hashes, self.key))
 
     def _body_parts(self, events: Sequence[CaptureEvent]) -> list[BodyPart | Exception]:
         """Each event's body part, from the memo or made now (new bodies tokenized one
@@ -341,10 +327,6 @@ def capture_record(
     if isinstance(rec, Exception):
         raise rec
     return rec
-
-
-_MAX_KEYED = 1 << 18
-"""Keyed hash values remembered (about 30 MB at most)."""
 
 
 def _to_micros(unix_s: float) -> float:
