@@ -11,7 +11,7 @@ so the one-time costs of the first records, template probes and memo warm-up, ca
 out)::
 
     PYTHONPATH=TREE/src .venv/bin/python bench/capture_render_cost.py --system-chars 4000
-    PYTHONPATH=TREE/src .venv/bin/python bench/capture_render_cost.py --instructions [--same]
+    PYTHONPATH=TREE/src .venv/bin/python bench/capture_render_cost.py --instructions [--same] [--keyed]
 
 Instruction counts leave out what the gateway adds around the worker (caches cold
 after the event loop's work, the bodies' deallocation, the interpreter lock): in the
@@ -34,6 +34,12 @@ from typing import Any
 
 import orjson
 
+try:  # the compiled build, as kvroute serve runs it (a tree from before _accel: its own)
+    from kvroute import _accel
+
+    _accel.enable()
+except ImportError:
+    pass
 from gateway_load import _body  # the gateway benches' request bodies
 from kvroute.gateway.capture.records import CaptureEvent, CaptureRecords
 from kvroute.gateway.capture.worker import RENDER_CHUNK
@@ -57,14 +63,17 @@ def _render_all(records: CaptureRecords, events: list[CaptureEvent]) -> None:
         b"\n".join([line for line in lines if isinstance(line, bytes)])
 
 
-def _records() -> CaptureRecords:
+def _records(keyed: bool) -> CaptureRecords:
     return CaptureRecords(
-        PromptTokens(load_tokenizer(None)), block_size_tokens=16, include_text=False
+        PromptTokens(load_tokenizer(None)),
+        block_size_tokens=16,
+        include_text=False,
+        key=bytes(range(32)) if keyed else None,  # the gateway's capture always has a key
     )
 
 
 def timed(args: argparse.Namespace) -> dict[str, Any]:
-    records = _records()
+    records = _records(args.keyed)
     _render_all(records, _events(args.system_chars, args.same, args.warm, 0))
     per_record: list[float] = []
     for r in range(args.repeat):
@@ -90,7 +99,7 @@ def _count(args: argparse.Namespace, records: int) -> int:
                 "--tool=callgrind",
                 f"--callgrind-out-file={tmp}/cg.out",
                 "--collect-atstart=no",  # only inside render (the compiled function)
-                "--toggle-collect=CPyDef_capture_records___CaptureRecords___render",
+                "--toggle-collect=CPyDef_*CaptureRecords___render",
                 sys.executable,
                 __file__,
                 "--system-chars",
@@ -102,6 +111,7 @@ def _count(args: argparse.Namespace, records: int) -> int:
                 "--repeat",
                 "1",
                 *(["--same"] if args.same else []),
+                *(["--keyed"] if args.keyed else []),
             ],
             capture_output=True,
             text=True,
@@ -116,7 +126,10 @@ def _count(args: argparse.Namespace, records: int) -> int:
 def instructions(args: argparse.Namespace) -> dict[str, Any]:
     if shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind (apt install valgrind)")
-    from kvroute.gateway import native
+    try:
+        from kvroute._accel import GATEWAY as native
+    except ImportError:  # a tree from before kvroute._accel
+        from kvroute.gateway import native  # type: ignore[no-redef]
 
     if not native.status()[0]:
         raise SystemExit("--instructions counts the compiled build: run scripts/build-native")
@@ -132,6 +145,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--system-chars", type=int, default=0, help="system prompt length")
     parser.add_argument("--same", action="store_true", help="the same body every time")
+    parser.add_argument("--keyed", action="store_true", help="hashes keyed, as kvroute serve writes them")
     parser.add_argument("--records", type=int, default=4000, help="records per repeat")
     parser.add_argument("--warm", type=int, default=500, help="records rendered first, untimed")
     parser.add_argument("--repeat", type=int, default=5)
@@ -139,7 +153,7 @@ def main() -> None:
         "--instructions", action="store_true", help="count instructions with callgrind"
     )
     args = parser.parse_args()
-    result = {"system_chars": args.system_chars, "same": args.same}
+    result = {"system_chars": args.system_chars, "same": args.same, "keyed": args.keyed}
     result |= instructions(args) if args.instructions else timed(args)
     print(json.dumps(result))
 

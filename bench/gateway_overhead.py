@@ -112,6 +112,12 @@ def _gateway_config(
 def _capture_build() -> str:
     """Which build renders capture records here: compiled, or the Python sources and why."""
     try:
+        from kvroute._accel import GATEWAY  # kvroute serve enables it (kvroute/__main__.py)
+
+        return GATEWAY.status()[1]
+    except ImportError:  # a tree from before kvroute._accel
+        pass
+    try:
         from kvroute.gateway import native
     except ImportError:  # a tree from before the compiled build
         return "python sources (no compiled build in this tree)"

@@ -116,6 +116,12 @@ class _StubProtocol(asyncio.Protocol):
 
 def _run_stub(port: int, tokens: int, interval_s: float, cpu: int) -> None:
     os.sched_setaffinity(0, {cpu})
+    try:  # the compiled build, as `kvroute serve` runs (kvroute/__main__.py)
+        from kvroute import _accel
+
+        print(f"[gateway] compiled: {_accel.enable()}", flush=True)
+    except ImportError:  # a tree from before kvroute._accel: its package __init__s do it
+        pass
     import uvloop
 
     async def main() -> None:
@@ -131,6 +137,12 @@ def _run_stub(port: int, tokens: int, interval_s: float, cpu: int) -> None:
 
 def _run_gateway(config_path: str, cpu: int) -> None:
     os.sched_setaffinity(0, {cpu})
+    try:  # the compiled build, as `kvroute serve` runs (kvroute/__main__.py)
+        from kvroute import _accel
+
+        print(f"[gateway] compiled: {_accel.enable()}", flush=True)
+    except ImportError:  # a tree from before kvroute._accel: its package __init__s do it
+        pass
     import uvloop
 
     from kvroute.gateway.app import Gateway

@@ -36,9 +36,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from kvroute import _accel  # noqa: E402
+
+_accel.enable()  # before the cache models are imported
 from kvroute.analyze.prefix_index import lcp_tokens_bruteforce  # noqa: E402
 from kvroute.analyze.run import analyze_requests  # noqa: E402
-from kvroute.cache import native  # noqa: E402
 from kvroute.cache.base import CacheGeometry  # noqa: E402
 from kvroute.cache.registry import cache_models  # noqa: E402
 from kvroute.cache.replay import ReplayOutcome, replay  # noqa: E402
@@ -307,7 +309,7 @@ def main() -> None:
         "hash": lambda: hash_speed(20_000 if args.quick else 50_000, 3),
         "token": lambda: token_speed(10_000 if args.quick else 100_000, 100_000),
     }
-    results: dict[str, object] = {"build": native.status()[1] if native.active() else "python"}
+    results: dict[str, object] = {"build": _accel.status("cache")[1] if _accel.active("cache") else "python"}
     results.update({name: fn() for name, fn in parts.items() if args.only in (None, name)})
     print(json.dumps(results, indent=2))
 

@@ -95,7 +95,10 @@ def figures(path: Path) -> dict[str, Any]:
 
 
 def native_status(tree: Path) -> str:
-    code = "from kvroute.cache import native; print(native.status())"
+    code = (  # trees from before kvroute._accel had kvroute.cache.native
+        "try:\n from kvroute import _accel; print(_accel.enable()['cache'])\n"
+        "except ImportError:\n from kvroute.cache import native; print(native.status())"
+    )
     exe = tree / ".venv" / "bin" / "python"
     res = subprocess.run(
         [str(exe), "-c", code], capture_output=True, text=True, check=False, env=_env(tree)

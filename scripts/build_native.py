@@ -1,7 +1,6 @@
-"""Build the compiled modules: the replay's (``src/kvroute/cache/native.py``) and
-capture's and prompt tokenizing's (``src/kvroute/gateway/native.py``), one mypyc group each,
-and kvroute.trace's two C modules (``src/kvroute/trace/*.c``, loaded by
-``src/kvroute/trace/native_c.py``).
+"""Build the compiled modules (the groups of ``src/kvroute/_accel.py``): the replay's and
+capture's and prompt tokenizing's, one mypyc group each, and kvroute.trace's two C
+modules (``src/kvroute/trace/*.c``).
 
 Usage: ``scripts/build-native [--force]``. Needs mypy (a dev dependency: mypyc comes with
 it) and a C compiler. Each build runs in a temporary copy of ``src/`` and only replaces
@@ -25,10 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from kvroute.cache.native import BUILD as CACHE  # noqa: E402
-from kvroute.gateway.native import BUILD as GATEWAY  # noqa: E402
-from kvroute.native_group import STAMP, NativeGroup  # noqa: E402
-from kvroute.trace import native_c  # noqa: E402
+from kvroute._accel import CACHE, GATEWAY, STAMP, TRACE_C, Group  # noqa: E402
 
 SETUP = """
 from mypyc.build import mypycify
@@ -67,30 +63,30 @@ def main() -> int:
 
 def _build_c(*, force: bool) -> int:
     """Compile ``trace/*.c`` into ``trace/_native/`` (stamp last)."""
-    usable, why = native_c.status()
+    usable, why = TRACE_C.status()
     if usable and not force:
         print("[build-native] kvroute.trace C modules: up to date", file=sys.stderr)
         return 0
     print(f"[build-native] compiling kvroute.trace's C modules ({why})", file=sys.stderr)
-    digest = native_c.source_digest()
+    digest = TRACE_C.source_digest()
     with tempfile.TemporaryDirectory(prefix="kvroute-trace-c-") as tmp:
         work = Path(tmp)
-        for source in native_c.SOURCES:
+        for source in TRACE_C.sources():
             shutil.copy2(source, work / source.name)
-        setup = SETUP_C.format(names=list(native_c.MODULES))
+        setup = SETUP_C.format(names=list(TRACE_C.modules))
         built = _run_setup(
             work,
             setup,
             lambda: sorted(work.glob("*.so")),
-            len(native_c.MODULES),
+            len(list(TRACE_C.modules)),
             "kvroute.trace's C modules did not build (see above); kvroute uses their Python "
             "and numpy versions",
         )
         if built is None:
             return 1
-        _install(built, native_c.NATIVE_DIR, {"digest": digest, "modules": list(native_c.MODULES)})
+        _install(built, TRACE_C.native_dir, {"digest": digest, "modules": list(TRACE_C.modules)})
     print(
-        f"[build-native] built {len(built)} C modules -> {native_c.NATIVE_DIR.relative_to(ROOT)}",
+        f"[build-native] built {len(built)} C modules -> {TRACE_C.native_dir.relative_to(ROOT)}",
         file=sys.stderr,
     )
     return 0
@@ -137,7 +133,7 @@ def _install(
     staging.rename(native_dir)
 
 
-def _build(native: NativeGroup, *, force: bool) -> int:
+def _build(native: Group, *, force: bool) -> int:
     package = native.package
     usable, why = native.status()
     if usable and not force:
@@ -146,7 +142,7 @@ def _build(native: NativeGroup, *, force: bool) -> int:
     if os.environ.get("KVROUTE_NATIVE") == "0":
         print("[build-native] KVROUTE_NATIVE=0: building anyway", file=sys.stderr)
     print(
-        f"[build-native] compiling {len(native.compiled)} modules of kvroute.{package} "
+        f"[build-native] compiling {len(native.modules)} modules of kvroute.{package} "
         f"with mypyc ({why})",
         file=sys.stderr,
     )
@@ -159,18 +155,18 @@ def _build(native: NativeGroup, *, force: bool) -> int:
             work / "kvroute",
             ignore=shutil.ignore_patterns("_native", "__pycache__"),
         )
-        files = [f"kvroute/{package}/{m.replace('.', '/')}.py" for m in native.compiled]
+        files = [f"kvroute/{package}/{m.replace('.', '/')}.py" for m in native.modules]
         root = work / "kvroute" / package
         built = _run_setup(
             work,
-            SETUP.format(files=files, group=native.group),
+            SETUP.format(files=files, group=native.library),
             lambda: sorted(root.rglob("*.so")),
-            len(native.compiled),
+            len(native.modules),
             "the build failed (see above); kvroute keeps using the Python sources",
         )
         if built is None:
             return 1
-        stamp: dict[str, object] = {"digest": digest, "modules": list(native.compiled)}
+        stamp: dict[str, object] = {"digest": digest, "modules": list(native.modules)}
         _install(built, native.native_dir, stamp, root=root)
     if native.source_digest() != digest:
         print(

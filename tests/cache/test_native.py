@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvroute.cache import native
+from kvroute import _accel
 from native_builds import assert_same, outcomes
 
 HERE = Path(__file__).resolve().parent
@@ -20,8 +20,9 @@ OUTCOMES = r"""
 import hashlib, json, sys
 import numpy as np
 sys.path.insert(0, sys.argv[1])
+from kvroute import _accel
+_accel.enable()
 from cache_traces import block_trace, token_trace
-from kvroute.cache import native
 from kvroute.cache.base import CacheGeometry
 from kvroute.cache.llamacpp import LlamaCppConfig
 from kvroute.cache.registry import EngineSettings, cache_models
@@ -42,7 +43,7 @@ traces = {
     "tokens": (token_trace(300, seed=3, outputs_known=True), None, [150, 600, None]),
     "blocks": (block_trace(300, seed=4), 8, [120, 480, None]),
 }
-out = {"compiled": native.active()}
+out = {"compiled": _accel.active("cache")}
 for tname, (reqs, block, caps) in traces.items():
     timing = TimingOptions()
     schedule = plan(reqs, timing)
@@ -62,7 +63,9 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(not native.status()[0], reason=f"compiled build: {native.status()[1]}")
+@pytest.mark.skipif(
+    not _accel.CACHE.status()[0], reason=f"compiled build: {_accel.CACHE.status()[1]}"
+)
 def test_compiled_and_python_builds_replay_identically() -> None:
     python = outcomes(OUTCOMES, str(HERE), compiled=False)
     assert_same(outcomes(OUTCOMES, str(HERE), compiled=True), python)

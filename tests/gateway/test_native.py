@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import pytest
 
-from kvroute.gateway import native
+from kvroute import _accel
 from native_builds import assert_same, outcomes
 
 OUTCOMES = r"""
 import hashlib, json, random
 import numpy as np, orjson
-from kvroute.gateway import native
+from kvroute import _accel
+_accel.enable()
 from kvroute.gateway.capture.records import CaptureEvent, CaptureRecords
 from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.gateway.traffic.shape import TrafficShape
@@ -54,7 +55,7 @@ def body(i):
 
 bodies = [body(i) for i in range(600)]
 tok = load_tokenizer()
-out = {"compiled": native.active()}
+out = {"compiled": _accel.active("gateway")}
 window = TrafficShape(TrafficConfig(window_requests=60, window_s=40.0, min_requests=5, band_hold_s=3.0))
 states = []
 for include_text in (False, True):
@@ -88,7 +89,9 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(not native.status()[0], reason=f"compiled build: {native.status()[1]}")
+@pytest.mark.skipif(
+    not _accel.GATEWAY.status()[0], reason=f"compiled build: {_accel.GATEWAY.status()[1]}"
+)
 def test_compiled_and_python_builds_capture_identically() -> None:
     python = outcomes(OUTCOMES, compiled=False)
     assert_same(outcomes(OUTCOMES, compiled=True), python)

@@ -3,20 +3,18 @@ dtype, block size and parent; a missing, stale or disabled build falls back to n
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvroute.trace import hashing, native_c
+from kvroute import _accel
+from kvroute.trace import hashing
 from kvroute.trace.hashing import DEFAULT_SEED
 from kvroute.trace.writer import prompt_block_hashes
 
 needs_build = pytest.mark.skipif(
-    not hashing.active(), reason=f"chainhash.c: {native_c.status()[1]}"
+    not hashing.active(), reason=f"chainhash.c: {_accel.status('trace')[1]}"
 )
 
 DTYPES = [np.uint32, np.int64, np.uint64, np.int32, np.uint16, np.uint8, np.int8]
@@ -105,33 +103,13 @@ def test_c_rejects_what_is_not_a_row_of_integers() -> None:
     assert hashing.block_hashes(ids[::2], 4) == prompt_block_hashes(ids[::2], 4).tolist()
 
 
-def test_a_stale_or_disabled_build_is_not_used(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.delenv("KVROUTE_NATIVE", raising=False)
-    monkeypatch.setattr(native_c, "NATIVE_DIR", tmp_path)
-    assert native_c.status() == (False, "not built (run scripts/build-native)")
-    assert native_c.load("chainhash") is None
-    (tmp_path / native_c.STAMP).write_text(json.dumps({"digest": "older C sources"}))
-    assert native_c.status() == (
-        False,
-        "stale: the C sources changed since the build (run scripts/build-native)",
-    )
-    assert native_c.load("chainhash") is None
-    (tmp_path / native_c.STAMP).write_text(json.dumps({"digest": native_c.source_digest()}))
-    assert native_c.status() == (True, "compiled (C)")
-    assert native_c.load("chainhash") is None  # stamped, but no module in the folder
-    monkeypatch.setenv("KVROUTE_NATIVE", "0")
-    assert native_c.status() == (False, "disabled by KVROUTE_NATIVE=0")
-
-
 def test_a_current_build_is_loaded() -> None:
     """When scripts/build-native has built the C modules, the process uses them."""
-    usable, why = native_c.status()
+    usable, why = _accel.status("trace")
     if not usable:
         pytest.skip(f"C modules: {why}")
     assert hashing.active()
-    assert all(native_c.load(name) is not None for name in native_c.MODULES)
+    assert all(_accel.optional(name) is not None for name in _accel.TRACE_C.module_names())
 
 
 def test_the_numpy_fallback_chains_from_a_parent() -> None:

@@ -4,6 +4,7 @@ header names the key and is checked on reading."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -100,3 +101,45 @@ def test_mooncake_layout_reads_back_with_its_block_size(tmp_path: Path) -> None:
     assert first["key_id"] == key_id(KEY_A) and first["block_size"] == 16
     assert first["timestamp"] == 0.0 and first["input_length"] == 58
     assert hashes == _write(tmp_path / "k.jsonl", KEY_A)
+
+
+def test_the_keyed_function_is_blake2b_of_each_hash_in_c_and_python() -> None:
+    """The scheme exports and captures share (``kvroute-keyed-v1``): traces keyed by
+    another build or release with one key compare."""
+    import hashlib
+    import random
+
+    from kvroute.trace.hashing import keyed_values, python_keyed_values
+
+    rng = random.Random(7)
+    for key in (KEY_A, rng.randbytes(16), rng.randbytes(64)):
+        values = [0, 1, (1 << 64) - 1, *(rng.getrandbits(64) for _ in range(100))]
+        expected = [
+            int.from_bytes(
+                hashlib.blake2b(v.to_bytes(8, "little"), digest_size=8, key=key).digest(),
+                "little",
+            )
+            for v in values
+        ]
+        assert keyed_values(values, key) == expected  # in C when chainhash.c is built
+        assert python_keyed_values(values, key) == expected
+        assert keyed_hashes(np.array(values, dtype=np.uint64), key).tolist() == expected
+
+
+def test_a_guessed_prompt_cannot_be_tested_without_the_key() -> None:
+    """The unkeyed chain is linear (``h[i] = h[i-1] * P + content(block i)``), so a
+    secret seed alone would leak each block's content hash as ``h[i] - h[i-1] * P``,
+    which anyone can compute for a guessed block. Keyed hashes must not: for a keyed
+    seed this test fails."""
+    from kvroute.trace.hashing import block_contents, chain_hashes
+
+    p = 0x9E3779B97F4A7C15
+    mask = (1 << 64) - 1
+    tokens = np.arange(64, dtype=np.uint32) * 7919 % 50_000
+    guessed = block_contents(tokens, 16).tolist()
+    secret_seed = chain_hashes(tokens, 16, seed=0x1234_5678_9ABC_DEF0).tolist()
+    leaked = [(h - prev * p) & mask for prev, h in pairwise(secret_seed)]
+    assert leaked == guessed[1:]  # why a keyed seed is not enough
+    keyed = keyed_hashes(chain_hashes(tokens, 16), KEY_A).tolist()
+    differences = [(h - prev * p) & mask for prev, h in pairwise(keyed)]
+    assert not set(differences) & set(guessed)

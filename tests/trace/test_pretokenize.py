@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from kvroute.trace import native_c
+from kvroute import _accel
 from kvroute.trace.gguf import read_gguf_metadata
 from kvroute.trace.gguf_bpe import PRE_FAMILIES, bpe_from_gguf
 from kvroute.trace.pretokenize import AsciiWordEncoder, WordSplit, _space_by_space, ascii_regex
@@ -23,8 +23,8 @@ PIECES = [*"aZq09.,!?-_()'\n\t\r", "don't", "we'LL", "x's", " ", " ", "  ", "   
 ascii_texts = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
 
 
-C_BUILT = native_c.load("asciiwords") is not None
-needs_c = pytest.mark.skipif(not C_BUILT, reason=f"asciiwords.c: {native_c.status()[1]}")
+C_BUILT = _accel.optional("kvroute.trace.asciiwords") is not None
+needs_c = pytest.mark.skipif(not C_BUILT, reason=f"asciiwords.c: {_accel.status('trace')[1]}")
 
 
 @pytest.fixture(

@@ -5,7 +5,3 @@ interface every model implements; ``registry`` lists the models; ``replay`` runs
 model over a trace in time; ``simulate`` runs several models (and capacities) and
 gathers a versioned result.
 """
-
-from kvroute.cache.native import search_path
-
-__path__ = search_path(__path__)  # the compiled build first, when it is current (native.py)

@@ -35,7 +35,7 @@ U64 = npt.NDArray[np.uint64]
 class CacheSeq:
     """A token sequence as the cache models see it. Read-only by convention. A plain class
     with its own ``__init__``, not a dataclass: the replay builds two per request, and the
-    compiled build (``kvroute.cache.native``) would run a dataclass's generated
+    compiled build (``kvroute._accel``) would run a dataclass's generated
     ``__init__`` interpreted (bench/simulate_bench.py).
 
     ``keys[i]`` is the chained hash of units ``0..i`` (``unit_tokens`` tokens each), so a

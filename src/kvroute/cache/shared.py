@@ -1,6 +1,6 @@
 """Helpers of the cache models that stay interpreted in the compiled build.
 
-mypyc (``kvroute.cache.native``) cannot compile subclasses of most built-in types
+mypyc (``kvroute._accel``) cannot compile subclasses of most built-in types
 (``AssertionError``, ``dict``), so they live here rather than in :mod:`kvroute.cache.base`.
 """
 

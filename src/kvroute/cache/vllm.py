@@ -38,7 +38,7 @@ hash -> block map of cached blocks. Blocks are created on first use. A hit block
 reference count 0 leaves the queue in O(1); a finished request's blocks that drop to 0
 are appended at the tail. Allocation takes never-used blocks (and blocks emptied by
 :meth:`evict`) first, then pops the queue head, evicting the hash a popped block held.
-Written for the compiled build (``kvroute.cache.native``): plain loops and attribute
+Written for the compiled build (``kvroute._accel``): plain loops and attribute
 updates on small objects, which mypyc turns into C struct accesses; hashes are kept as
 Python objects so they are never unboxed and boxed again. The Python source gives the
 same results.

@@ -3,7 +3,3 @@
 See docs/gateway.md. The pure parts (config, classify, routing, policies, breaker,
 limits' buckets, SSE relay) take plain data; sockets live in server.py and upstream/.
 """
-
-from kvroute.gateway.native import search_path
-
-__path__ = search_path(__path__)  # the compiled build first, when it is current (native.py)

@@ -24,7 +24,7 @@ This module is kvroute's one block hash: one key scheme, whatever the block size
 block's key is always ``chain_hashes(ids, block_size_tokens)``, never a sample of the
 per-token chain), and every entry point here. The batch functions are numpy, fast over
 a trace's many prompts; :func:`block_hashes` hashes one prompt with ``chainhash.c``
-when its build is current (:mod:`kvroute.trace.native_c`) and numpy otherwise, and
+when its build is enabled (:mod:`kvroute._accel`) and numpy otherwise, and
 :class:`ChainExtender` extends a per-token chain over a prompt's new tail with few numpy
 calls (the gateway's router, per session).
 """
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kvroute.trace import native_c
+from kvroute import _accel
 from kvroute.types import BlockHashes, TokenIds
 
 HASH_SCHEME = "kvroute-chain-v1"
@@ -234,25 +234,44 @@ def key_id(key: bytes) -> str:
 
 
 def keyed_hashes(hashes: BlockHashes, key: bytes) -> BlockHashes:
-    """``hashes`` through a keyed pseudo-random function, one by one.
+    """``hashes`` through a keyed pseudo-random function, one by one: each 64-bit hash
+    (8 bytes, little-endian) hashed by BLAKE2b with ``key``, 8-byte digest, read
+    little-endian.
 
     The chain stays a chain (equal inputs, equal outputs), but without the key nobody can
-    compute the output for a guessed prompt: the unkeyed chain is linear in its seed, so
-    hiding the seed alone would not stop a guess being checked against a file.
+    compute the output for a guessed prompt. Each hash must go through the function:
+    the unkeyed chain is linear in its parent (``h[i] = h[i-1] * P + content(block i)``),
+    so hiding the seed alone (or keying only the first block) would not stop a guess
+    being checked against a file (``h[i] - h[i-1] * P`` is block i's unkeyed content
+    hash; ``tests/trace/test_keyed.py`` checks that keyed hashes do not give it away).
     """
+    return np.array(keyed_values(hashes.tolist(), key), dtype=np.uint64)
+
+
+def keyed_values(hashes: Sequence[int], key: bytes) -> list[int]:
+    """:func:`keyed_hashes` of Python ints (what the capture worker holds), in C when
+    ``chainhash.c`` is built (:func:`python_keyed_values` otherwise)."""
     if len(key) < 16:
         raise ValueError("a trace key needs at least 16 bytes")
-    out = np.empty(hashes.shape[0], dtype=np.uint64)
-    raw = hashes.astype("<u8").tobytes()
-    for i in range(hashes.shape[0]):
-        digest = hashlib.blake2b(raw[8 * i : 8 * i + 8], digest_size=8, key=key).digest()
-        out[i] = int.from_bytes(digest, "little")
+    if _KEYED is not None:
+        return _KEYED(hashes if type(hashes) is list else list(hashes), key)
+    return python_keyed_values(hashes, key)
+
+
+def python_keyed_values(hashes: Sequence[int], key: bytes) -> list[int]:
+    """:func:`keyed_values` with :mod:`hashlib` (the fallback, and the tests' reference)."""
+    keyed = hashlib.blake2b(digest_size=8, key=key)  # copied per hash: no keyword parsing
+    out: list[int] = []
+    for h in hashes:
+        one = keyed.copy()
+        one.update(h.to_bytes(8, "little"))
+        out.append(int.from_bytes(one.digest(), "little"))
     return out
 
 
 # -- one prompt: C when built -----------------------------------------------------
 
-_MODULE = native_c.load("chainhash")
+_MODULE = _accel.optional("kvroute.trace.chainhash")
 _NATIVE: Callable[[Any, int, int, bool], list[int]] | None = (
     None if _MODULE is None else _MODULE.block_hashes
 )
@@ -302,6 +321,9 @@ def numpy_block_hashes(
 
 
 _COMMON = None if _MODULE is None else _MODULE.common_prefix
+_KEYED: Callable[[list[int], bytes], list[int]] | None = (
+    None if _MODULE is None else _MODULE.keyed
+)
 
 
 def native() -> tuple[Callable[[Any, int, int, bool], list[int]], Callable[[Any, Any], int]] | None:

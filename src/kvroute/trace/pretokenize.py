@@ -17,7 +17,7 @@ mapped to its byte-level form and tokenized by the BPE model itself, so merges,
 token (the caller splits those out first, as the tokenizer does).
 
 The chunk memo's lookups and join also exist in C (``asciiwords.c``, used when built:
-:mod:`kvroute.trace.native_c`), and so does the word split for the two GPT-2 splits
+:mod:`kvroute._accel`), and so does the word split for the two GPT-2 splits
 (the default model's among them): then Python runs only the BPE of a new word.
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from tokenizers import Tokenizer
 
-from kvroute.trace import native_c
+from kvroute import _accel
 from kvroute.types import TokenIds
 
 GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -44,7 +44,7 @@ _GPT2_ISOLATED_DIGITS = (
     r"|[\t\n\r ]+(?![^\t\n\r 0-9])|[\t\n\r ]+"
 )
 
-_C = native_c.load("asciiwords")
+_C = _accel.optional("kvroute.trace.asciiwords")
 _UNSAFE = re.compile(r"[^\t\n\r\x20-\x7e]")
 _ASCII_CLASSES = {r"\p{L}": "A-Za-z", r"\p{N}": "0-9", r"\s": r"\t\n\r "}
 

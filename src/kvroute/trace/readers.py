@@ -17,8 +17,8 @@ from kvroute.errors import EmptyTraceError, InputError
 from kvroute.registry import Registry
 from kvroute.trace.formats.bailian import BailianFormat
 from kvroute.trace.formats.base import Container, ReadOptions, RecordError, TraceFormat
+from kvroute.trace.formats.kvroute import HeaderError, KvrouteFormat
 from kvroute.trace.formats.mooncake import MooncakeFormat
-from kvroute.trace.formats.native import HeaderError, NativeFormat
 from kvroute.trace.formats.openai_log import OpenAILogFormat
 from kvroute.trace.formats.sharegpt import ShareGPTFormat
 from kvroute.trace.io import ReadStats, head_text, iter_json_array, iter_json_lines
@@ -30,7 +30,7 @@ FormatFactory = Callable[[], TraceFormat]
 def trace_formats() -> Registry[FormatFactory]:
     """The registered trace formats, in detection order (most specific first)."""
     reg: Registry[FormatFactory] = Registry("trace format")
-    reg.add("kvroute", NativeFormat)
+    reg.add("kvroute", KvrouteFormat)
     reg.add("bailian", BailianFormat)
     reg.add("mooncake", MooncakeFormat)
     reg.add("sharegpt", ShareGPTFormat)

@@ -210,11 +210,11 @@ def test_missing_trace_is_an_input_error(monkeypatch: pytest.MonkeyPatch, tmp_pa
 def test_a_long_trace_on_the_python_sources_says_how_to_go_faster(
     monkeypatch: pytest.MonkeyPatch, mooncake: Path
 ) -> None:
-    from kvroute.cache import native
+    from kvroute import _accel
     from kvroute.cli.simulate import command as simulate
 
     monkeypatch.setattr(simulate, "SLOW_HINT_REQUESTS", 100)  # the fixture has 150 requests
-    monkeypatch.setattr(native, "active", lambda: False)
+    monkeypatch.setattr(_accel, "active", lambda package: False)
     code, out, err = run(monkeypatch, "simulate", str(mooncake), "--capacity-tokens", "16k")
     assert code == 0, err
     assert "replaying with the Python sources" in out and "compiled build" in out

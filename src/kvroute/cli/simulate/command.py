@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from kvroute.cache import native
+from kvroute import _accel
 from kvroute.cache.capacity import capacity_from_tokens
 from kvroute.cache.llamacpp import LlamaCppConfig
 from kvroute.cache.radix import EvictionPolicy
@@ -195,9 +195,9 @@ def simulate_cmd(
         auto_sweep=sweep_capacity,
     )
     ideal = None if no_ideal else ideal_cache(requests, source, vllm_block_size, console)
-    if len(requests) >= SLOW_HINT_REQUESTS and not native.active():
+    if len(requests) >= SLOW_HINT_REQUESTS and not _accel.active("cache"):
         console.print(
-            f"[dim]note: replaying with the Python sources ({native.status()[1]}); "
+            f"[dim]note: replaying with the Python sources ({_accel.status('cache')[1]}); "
             "the compiled build is about twice as fast[/dim]"
         )
     with console.status("simulating") as status:

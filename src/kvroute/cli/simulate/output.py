@@ -58,7 +58,7 @@ def _dataclass_fields(obj: object) -> dict[str, object]:
     """orjson's ``default`` for dataclasses: their fields in order, as orjson writes them.
 
     Dataclasses pass through here (``OPT_PASSTHROUGH_DATACLASS``) because orjson's own
-    dataclass path reads the compiled engine settings' (``kvroute.cache.native``) unboxed
+    dataclass path reads the compiled engine settings' (``kvroute._accel``) unboxed
     ``bool``/``float`` fields as objects and crashes the interpreter.
     """
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

@@ -11,6 +11,7 @@ from typing import Any
 from kvroute.trace.formats.base import ReadOptions
 from kvroute.trace.formats.openai_log import OpenAILogFormat, structured_output_kind
 from kvroute.trace.records import StructuredOutput, TokenPrompt
+from kvroute.trace.writer import prompt_fields
 
 # Keys OpenAILogFormat reads beyond messages and tools (a wrapped body, a response,
 # times, ids), any of which may make it reject the record: bodies with one take the
@@ -65,7 +66,7 @@ _PLAIN_KEYS = frozenset(
 
 def attr_fields(body: Mapping[str, Any]) -> tuple[dict[str, Any], TokenPrompt | None]:
     """What the trace records of a body (as :class:`OpenAILogFormat` reads it), as the
-    record's fields in order, and its prompt when that is token ids. Plain chat bodies
+    record's fields in order (:func:`~kvroute.trace.writer.prompt_fields`), and its prompt when that is token ids. Plain chat bodies
     take a short path with the same checks and results; anything else goes through the
     format's parser."""
     if not isinstance(body, dict):
@@ -96,22 +97,17 @@ def _dict_attr_fields(body: dict[str, Any]) -> tuple[dict[str, Any], TokenPrompt
             elif role == "tool":
                 has_tool = True
         if plain:
-            fields: dict[str, Any] = {"turn": turn, "messages": len(messages)}
-            if tools or has_tool:
-                fields["tools"] = True
-            if not _all_keys_in(body, _PLAIN_KEYS):
-                structured = structured_output_kind(body)
-                if structured is not StructuredOutput.NONE:
-                    fields["structured"] = structured.value
-            return fields, None
+            structured = (
+                StructuredOutput.NONE
+                if _all_keys_in(body, _PLAIN_KEYS)
+                else structured_output_kind(body)
+            )
+            return prompt_fields(turn, len(messages), bool(tools or has_tool), structured), None
     parsed = OpenAILogFormat().parse(dict(body), 0, 0, ReadOptions())[0]
     attrs, prompt = parsed.attrs, parsed.prompt
-    fields = {"turn": attrs.turn_index, "messages": attrs.num_messages}
-    fields = {k: v for k, v in fields.items() if v is not None}
-    if attrs.has_tools:
-        fields["tools"] = True
-    if attrs.structured_output is not StructuredOutput.NONE:
-        fields["structured"] = attrs.structured_output.value
+    fields = prompt_fields(
+        attrs.turn_index, attrs.num_messages, attrs.has_tools, attrs.structured_output
+    )
     return fields, prompt if isinstance(prompt, TokenPrompt) else None
 
 

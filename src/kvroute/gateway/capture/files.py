@@ -10,10 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-import orjson
-
-from kvroute.trace.formats.native import HEADER_KEY, SCHEMA_VERSION
-from kvroute.trace.hashing import DEFAULT_SEED, HASH_SCHEME, KEYED_HASH_SCHEME
+from kvroute.trace.writer import header_line
 
 if TYPE_CHECKING:
     from kvroute.gateway.config.capture import CaptureConfig
@@ -100,17 +97,9 @@ class RotatingTraceFile:
         file = _part(path).open("wb")
         self._file, self._path = file, path
         self._num_bytes, self._opened_unix_s, self._whole_bytes = 0, now_unix_s, 0
-        header = {
-            HEADER_KEY: SCHEMA_VERSION,
-            "block_size": self.config.block_size_tokens,
-            "hash_scheme": HASH_SCHEME if self.key_id is None else KEYED_HASH_SCHEME,
-            "seed": DEFAULT_SEED,
-            "source": "kvroute serve capture",
-        }
-        if self.key_id is not None:
-            header["key_id"] = self.key_id
-        file.write(orjson.dumps(header) + b"\n")
-
+        file.write(
+            header_line(self.config.block_size_tokens, self.key_id, source="kvroute serve capture")
+        )
 
 def _part(path: Path) -> Path:
     return path.with_name(path.name + ".part")

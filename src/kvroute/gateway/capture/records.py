@@ -7,11 +7,8 @@ files.
 
 A record is the event's fields (times, status, session, model, usage, class, backend)
 followed by what the body alone decides (turn, messages, tools, structured output,
-the prompt's length and block hashes, its text when asked)::
-
-    {"t": ..., "end_t": ..., "status": 200, ..., "usage_prompt_tokens": 40, | "turn": 0, "messages": 1, "input_len": 37, "hashes": [...]}
-     <------------------ per event: built each time ------------------->   <--- per body: memoised, JSON included --->
-
+the prompt's length and block hashes, its text when asked), encoded by
+:mod:`kvroute.trace.writer` (the one record encoder, also ``kvroute export``'s).
 :class:`CaptureRecords` memoises the second part by the body's JSON, so a short body
 seen before (a retry, a client that repeats its prompt) costs a dictionary lookup: no
 tokenizing, no hashing, no JSON for its hashes. Long bodies (1,024+ characters of
@@ -29,7 +26,6 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-import numpy as np
 import orjson
 
 from kvroute.errors import KvrouteError
@@ -38,7 +34,8 @@ from kvroute.gateway.capture.bodies import BodyPart, RecentLongBodies, body_key
 from kvroute.gateway.capture.hashes import PrefixHasher, packed
 from kvroute.gateway.prompts.tokens import PromptTokens
 from kvroute.trace.formats.base import RecordError
-from kvroute.trace.hashing import keyed_hashes
+from kvroute.trace.hashing import keyed_values
+from kvroute.trace.writer import prompt_json, record_line, request_fields
 from kvroute.types import TokenIds
 
 
@@ -86,8 +83,6 @@ class CaptureRecords:
         self.key = key
         """The trace key: the hashes written go through
         :func:`~kvroute.trace.hashing.keyed_hashes` with it (None: written as they are)."""
-        self._keyed: dict[int, int] = {}
-        """Hash -> its keyed value, for prefixes seen again (bounded)."""
         self.block_size_tokens = block_size_tokens
         self.include_text = include_text
         self.max_bodies = max_bodies
@@ -122,7 +117,7 @@ class CaptureRecords:
                 lines.append(part)
                 continue
             head = self._event_fields(event)
-            lines.append(orjson.dumps(head)[:-1] + b"," + part.json_tail)
+            lines.append(record_line(head, part.json_tail))
             if observed and event.observe:
                 records.append(head | part.fields)
         return lines, records
@@ -138,24 +133,13 @@ class CaptureRecords:
                 continue
             rec = self._event_fields(e) | p.fields
             if self.key is not None:
-                rec["hashes"] = self._keyed_hashes(rec["hashes"])
+                rec["hashes"] = keyed_values(rec["hashes"], self.key)
             out.append(rec)
         return out
 
     def _keyed_json(self, hashes: list[int]) -> bytes:
-        return orjson.dumps(self._keyed_hashes(hashes))
-
-    def _keyed_hashes(self, hashes: list[int]) -> list[int]:
-        """``keyed_hashes(hashes, key)``, from the memo for hashes seen before."""
         assert self.key is not None
-        memo = self._keyed
-        missing = [h for h in hashes if h not in memo]
-        if missing:
-            if len(memo) + len(missing) > _MAX_KEYED:
-                memo.clear()  # a bound: the prefixes still in use come back
-            made = keyed_hashes(np.array(missing, dtype=np.uint64), self.key).tolist()
-            memo.update(zip(missing, made, strict=True))
-        return [memo[h] for h in hashes]
+        return orjson.dumps(keyed_values(hashes, self.key))
 
     def _body_parts(self, events: Sequence[CaptureEvent]) -> list[BodyPart | Exception]:
         """Each event's body part, from the memo or made now (new bodies tokenized one
@@ -205,10 +189,7 @@ class CaptureRecords:
         hashes = self._hasher.hashes_json([ids for _, _, ids in made])
         parts: list[BodyPart] = []
         for j, ((key, fields, ids), (h, h_json)) in enumerate(zip(made, hashes, strict=True)):
-            fields["input_len"] = len(ids) >> 2  # 4 bytes an id
-            # orjson.dumps(fields)[1:] once "hashes" is in, with the hashes' JSON reused
-            # (one join: each + copied the hashes' ~1 KB of digits again).
-            tail = b"".join((orjson.dumps(fields)[1:-1], b',"hashes":', h_json, b"}"))
+            tail = prompt_json(fields, len(ids) >> 2, h_json)  # 4 bytes an id
             fields["hashes"] = h
             part = BodyPart(fields, tail)
             parts.append(part)
@@ -242,27 +223,21 @@ class CaptureRecords:
         return fields, token_ids
 
     def _event_fields(self, event: CaptureEvent) -> dict[str, Any]:
-        """The event's part of its record (keys in the order the trace has them)."""
-        rec: dict[str, Any] = {
-            "t": _to_micros(event.arrival_unix_s),
-            "end_t": _to_micros(event.end_unix_s),
-            "status": event.status,
-        }
-        if event.session_id:
-            rec["session"] = self._pseudonym(event.session_id)
-        if event.model:
-            rec["model"] = event.model
-        if event.completion_tokens is not None:
-            rec["output_len"] = event.completion_tokens
-        if event.workload is not None:
-            rec["class"] = event.workload
-        if event.backend:
-            rec["backend"] = event.backend
-        if event.cached_tokens is not None:
-            rec["cached"] = event.cached_tokens
-        if event.prompt_tokens is not None:
-            rec["usage_prompt_tokens"] = event.prompt_tokens
-        return rec
+        """The event's part of its record (:func:`~kvroute.trace.writer.request_fields`)."""
+        session = event.session_id
+        return request_fields(
+            _to_micros(event.arrival_unix_s),
+            _to_micros(event.end_unix_s),
+            event.status,
+            self._pseudonym(session) if session else None,
+            None,
+            event.model or None,
+            event.completion_tokens,
+            event.workload,
+            event.backend or None,
+            event.cached_tokens,
+            event.prompt_tokens,
+        )
 
     def _remember(self, key: bytes, part: BodyPart, *, seen_twice: bool) -> None:
         seen = self._seen_once
@@ -315,10 +290,6 @@ def capture_record(
     if isinstance(rec, Exception):
         raise rec
     return rec
-
-
-_MAX_KEYED = 1 << 18
-"""Keyed hash values remembered (about 30 MB at most)."""
 
 
 def _to_micros(unix_s: float) -> float:

@@ -9,7 +9,7 @@ with the model's chat template, tokenizes it as the engine does (through the pie
 histories are encoded once), hashes the tokens into the chained block hashes of
 :mod:`kvroute.trace.hashing` (in C when built, reusing a shared prefix's hashes; a body
 seen before is not tokenized or hashed again: capture_records.py) and appends one
-kvroute trace record (:mod:`kvroute.trace.formats.native`) per request, one write per
+kvroute trace record (:mod:`kvroute.trace.formats.kvroute`) per request, one write per
 :data:`RENDER_CHUNK` requests::
 
     {"t": 1764504000.125, "end_t": 1764504001.5, "session": "3f9c0e...", "model": "smollm2",

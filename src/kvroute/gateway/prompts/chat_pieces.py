@@ -60,7 +60,7 @@ _PROBE_CONVERSATIONS: tuple[tuple[tuple[str, str], ...], ...] = (
 
 class Piece:
     """One message's share of the prompt text, and its token ids (no BOS/EOS). A plain
-    class with slots: a new message makes one, and compiled (``gateway/native.py``) it
+    class with slots: a new message makes one, and compiled (``kvroute._accel``) it
     is built without running Python, where a named tuple's ``__new__`` runs as Python
     code and a frozen dataclass costs several times more. Read-only by convention."""
 

@@ -24,7 +24,7 @@ window went through are swept when the index holds over twice the runs that requ
 in the window can have made, or twice the blocks in the window.
 Event-loop only (single-threaded).
 
-Compiled with the gateway's native group (:mod:`kvroute.gateway.native`): the window
+Compiled with the gateway's native group (:mod:`kvroute._accel`): the window
 takes every answered request on the event loop, a few µs each in Python.
 """
 

@@ -49,7 +49,7 @@ class HeaderError(RecordError):
         self.hint = hint
 
 
-class NativeFormat:
+class KvrouteFormat:
     name = "kvroute"
     description = (
         "kvroute trace JSONL (gateway capture): header line, then chained block hashes per request"
