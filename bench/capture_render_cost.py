@@ -145,7 +145,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--system-chars", type=int, default=0, help="system prompt length")
     parser.add_argument("--same", action="store_true", help="the same body every time")
-    parser.add_argument("--keyed", action="store_true", help="hashes keyed, as kvroute serve writes them")
+    parser.add_argument(
+        "--keyed", action="store_true", help="hashes keyed, as kvroute serve writes them"
+    )
     parser.add_argument("--records", type=int, default=4000, help="records per repeat")
     parser.add_argument("--warm", type=int, default=500, help="records rendered first, untimed")
     parser.add_argument("--repeat", type=int, default=5)

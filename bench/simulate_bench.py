@@ -309,7 +309,9 @@ def main() -> None:
         "hash": lambda: hash_speed(20_000 if args.quick else 50_000, 3),
         "token": lambda: token_speed(10_000 if args.quick else 100_000, 100_000),
     }
-    results: dict[str, object] = {"build": _accel.status("cache")[1] if _accel.active("cache") else "python"}
+    results: dict[str, object] = {
+        "build": _accel.status("cache")[1] if _accel.active("cache") else "python"
+    }
     results.update({name: fn() for name, fn in parts.items() if args.only in (None, name)})
     print(json.dumps(results, indent=2))
 

@@ -128,7 +128,10 @@ def test_a_group_imported_before_enable_stays_on_its_sources() -> None:
     out = _run(code, KVROUTE_NATIVE="1")
     assert out["why"] == "not used: kvroute.cache.base was imported before _accel.enable()"
     assert str(out["replay"]).endswith(".py")
-    assert out["status"] == [False, "built, but not enabled (kvroute._accel.enable() was not called first)"]
+    assert out["status"] == [
+        False,
+        "built, but not enabled (kvroute._accel.enable() was not called first)",
+    ]
 
 
 def test_this_process_enabled_what_is_current() -> None:

@@ -321,9 +321,7 @@ def numpy_block_hashes(
 
 
 _COMMON = None if _MODULE is None else _MODULE.common_prefix
-_KEYED: Callable[[list[int], bytes], list[int]] | None = (
-    None if _MODULE is None else _MODULE.keyed
-)
+_KEYED: Callable[[list[int], bytes], list[int]] | None = None if _MODULE is None else _MODULE.keyed
 
 
 def native() -> tuple[Callable[[Any, int, int, bool], list[int]], Callable[[Any, Any], int]] | None:

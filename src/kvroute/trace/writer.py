@@ -78,7 +78,7 @@ def header_line(
     return orjson.dumps(header) + b"\n"
 
 
-def request_fields(
+def request_fields(  # noqa: PLR0917 -- one positional per field, in the record's order
     t: float | None,
     end_t: float | None,
     status: int | None,

@@ -101,6 +101,7 @@ class RotatingTraceFile:
             header_line(self.config.block_size_tokens, self.key_id, source="kvroute serve capture")
         )
 
+
 def _part(path: Path) -> Path:
     return path.with_name(path.name + ".part")
 
