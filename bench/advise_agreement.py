@@ -38,9 +38,9 @@ from kvroute.advise.workload import classify_trace  # noqa: E402
 from kvroute.bench.workloads.export import trace_requests  # noqa: E402
 from kvroute.bench.workloads.registry import generate  # noqa: E402
 from kvroute.cache.capacity import resolve_model  # noqa: E402
-from kvroute.cache.llamacpp import LlamaCppConfig  # noqa: E402
+from kvroute.cache.models.llamacpp import LlamaCppConfig  # noqa: E402
+from kvroute.cache.models.vllm import VllmConfig  # noqa: E402
 from kvroute.cache.registry import EngineSettings  # noqa: E402
-from kvroute.cache.vllm import VllmConfig  # noqa: E402
 from kvroute.trace.tokenize import tokenize_requests  # noqa: E402
 from kvroute.trace.tokenizer import load_tokenizer  # noqa: E402
 from seed_experiments import WORKLOADS  # noqa: E402

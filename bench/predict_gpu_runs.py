@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from kvroute.cache.capacity import capacity_from_hardware, load_presets
+from kvroute.cache.models.vllm import VllmConfig
 from kvroute.cache.registry import EngineSettings
-from kvroute.cache.vllm import VllmConfig
 from kvroute.predict.calibration import Calibration
 from kvroute.predict.engine import EngineFlags
 from kvroute.predict.fit import GPU_UPPER, RunPoint, bootstrap, fit, predict_points, relative_errors

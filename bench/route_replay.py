@@ -5,7 +5,7 @@ ideas before confirming them on real engines. Same schedules (``make_requests``)
 closed loop (8 users, a follow-up turn waits for its previous turn plus its think
 time), the gateway's own routing path (:class:`~kvroute.gateway.cacheview.router.CacheRouter`
 predictions, the policy, the chosen view pinned at dispatch and finished at the end),
-and per replica a llama.cpp slot model (:mod:`kvroute.cache.llamacpp`, the engine's
+and per replica a llama.cpp slot model (:mod:`kvroute.cache.models.llamacpp`, the engine's
 flags) standing in for the engine: a request waits FIFO for a free slot, takes the slot
 llama-server would pick, and reports that slot's hit.
 
@@ -49,7 +49,7 @@ from typing import Any, cast
 import numpy as np
 
 from kvroute.cache.base import CacheGeometry
-from kvroute.cache.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
+from kvroute.cache.models.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
 from kvroute.gateway.backends.backend import Backend
 from kvroute.gateway.cacheview.router import CacheRouter
 from kvroute.gateway.cacheview.view import BackendCacheView

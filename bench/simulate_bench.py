@@ -43,8 +43,8 @@ from kvroute.analyze.prefix_index import lcp_tokens_bruteforce  # noqa: E402
 from kvroute.analyze.run import analyze_requests  # noqa: E402
 from kvroute.cache.base import CacheGeometry  # noqa: E402
 from kvroute.cache.registry import cache_models  # noqa: E402
-from kvroute.cache.replay import ReplayOutcome, replay  # noqa: E402
-from kvroute.cache.timing import TimingOptions, plan  # noqa: E402
+from kvroute.cache.replay.loop import ReplayOutcome, replay  # noqa: E402
+from kvroute.cache.replay.timing import TimingOptions, plan  # noqa: E402
 from kvroute.trace.records import BlockPrompt, Request, TokenPrompt  # noqa: E402
 
 ENGINES = ("llamacpp", "vllm", "sglang")

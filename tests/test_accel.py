@@ -75,7 +75,7 @@ PROBE = """
 import json, sys
 {before}
 import kvroute.cache, kvroute.gateway, kvroute.gateway.capture
-import kvroute.cache.replay as replay, kvroute.gateway.capture.records as records
+import kvroute.cache.replay.loop as replay, kvroute.gateway.capture.records as records
 from kvroute.trace import hashing
 print(json.dumps({{
     "paths": [list(kvroute.cache.__path__), list(kvroute.gateway.capture.__path__)],
@@ -121,7 +121,7 @@ def test_a_group_imported_before_enable_stays_on_its_sources() -> None:
     whole group on the sources, and enable() says why."""
     code = (
         "import json; import kvroute.cache.base; from kvroute import _accel\n"
-        "states = _accel.enable(); import kvroute.cache.replay as r\n"
+        "states = _accel.enable(); import kvroute.cache.replay.loop as r\n"
         "print(json.dumps({'why': states['cache'], 'replay': r.__file__,"
         " 'status': _accel.status('cache')}))"
     )

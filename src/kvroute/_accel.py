@@ -70,7 +70,8 @@ class Group:
     kind: str
     """``mypyc`` (Python sources compiled) or ``c`` (``<module>.c`` beside the package)."""
     whole_package: bool = False
-    """The stamp covers every ``.py`` file of the package, not only :attr:`modules`."""
+    """The stamp covers every ``.py`` file of the package and its subpackages, not only
+    :attr:`modules`."""
     importers: tuple[str, ...] = ()
     """Modules that look the compiled ones up when they are imported (a C group's
     callers): imported before :func:`enable`, they have settled on the fallback."""
@@ -90,7 +91,7 @@ class Group:
         if self.kind == "c":
             own = [folder / f"{name}.c" for name in self.modules]
         elif self.whole_package:
-            own = sorted(folder.glob("*.py"))
+            own = sorted(folder.rglob("*.py"))
         else:
             own = [folder / f"{name.replace('.', '/')}.py" for name in self.modules]
         return own + [PACKAGE_ROOT / p for p in self.depends]
@@ -136,14 +137,14 @@ CACHE = Group(
     "cache",
     (
         "base",
-        "replay",
-        "seq",
-        "vllm",
-        "sglang",
-        "radix",
-        "llamacpp",
-        "prompt_cache",
-        "chunk_reuse",
+        "replay.loop",
+        "replay.seq",
+        "models.vllm",
+        "models.sglang",
+        "models.radix",
+        "models.llamacpp",
+        "models.prompt_cache",
+        "models.chunk_reuse",
     ),
     ("types.py", "errors.py", "trace/hashing.py", "trace/records.py"),
     "mypyc",

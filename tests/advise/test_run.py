@@ -11,7 +11,7 @@ from kvroute.advise.decide import decide_class
 from kvroute.advise.options import AdviseOptions, Exposure, Ops, Team
 from kvroute.advise.run import TraceSourceInfo, advise
 from kvroute.advise.run import class_input as build_class_input
-from kvroute.cache.timing import TimingOptions
+from kvroute.cache.replay.timing import TimingOptions
 from kvroute.errors import InputError
 from kvroute.gateway.types import WorkloadClass
 from kvroute.trace.records import Request, TokenPrompt

@@ -96,7 +96,7 @@ def block_trace(n: int, *, seed: int = 0, block: int = 8, timed: bool = True) ->
 
 def pair(unit: int, tokens: list[int], output: int = 0, index: int = 0, *, keep_ids: bool = False):  # type: ignore[no-untyped-def]
     """The prompt/final sequences of one token prompt at ``unit`` tokens per key."""
-    from kvroute.cache.seq import SeqBuilder
+    from kvroute.cache.replay.seq import SeqBuilder
 
     req = Request(prompt=TokenPrompt(np.array(tokens, dtype=np.uint32)), output_len=output)
     return SeqBuilder(unit, block_size_tokens=None, keep_token_ids=keep_ids).build(

@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kvroute.cache.base import AdmitStatus, CacheGeometry, CacheSeq, PrefixCache
-from kvroute.cache.llamacpp import LlamaCppConfig
-from kvroute.cache.radix import EvictionPolicy
+from kvroute.cache.models.llamacpp import LlamaCppConfig
+from kvroute.cache.models.radix import EvictionPolicy
+from kvroute.cache.models.sglang import SchedulePolicy, SglangConfig
+from kvroute.cache.models.vllm import VllmConfig
 from kvroute.cache.registry import EngineSettings, cache_models
-from kvroute.cache.seq import SeqBuilder, SeqPair
-from kvroute.cache.sglang import SchedulePolicy, SglangConfig
-from kvroute.cache.vllm import VllmConfig
+from kvroute.cache.replay.seq import SeqBuilder, SeqPair
 from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
 
 SETTINGS = {

@@ -14,7 +14,8 @@ import pytest
 from kvroute import _accel
 from native_builds import assert_same, outcomes
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
+"""``tests/``: the scripts import ``cache.cache_traces`` from it."""
 
 OUTCOMES = r"""
 import hashlib, json, sys
@@ -22,14 +23,14 @@ import numpy as np
 sys.path.insert(0, sys.argv[1])
 from kvroute import _accel
 _accel.enable()
-from cache_traces import block_trace, token_trace
+from cache.cache_traces import block_trace, token_trace
 from kvroute.cache.base import CacheGeometry
-from kvroute.cache.llamacpp import LlamaCppConfig
+from kvroute.cache.models.llamacpp import LlamaCppConfig
 from kvroute.cache.registry import EngineSettings, cache_models
-from kvroute.cache.replay import replay
-from kvroute.cache.sglang import SchedulePolicy, SglangConfig
-from kvroute.cache.timing import TimingOptions, plan
-from kvroute.cache.vllm import VllmConfig
+from kvroute.cache.replay.loop import replay
+from kvroute.cache.models.sglang import SchedulePolicy, SglangConfig
+from kvroute.cache.replay.timing import TimingOptions, plan
+from kvroute.cache.models.vllm import VllmConfig
 
 variants = {
     "default": EngineSettings(),
@@ -67,8 +68,8 @@ print(json.dumps(out))
     not _accel.CACHE.status()[0], reason=f"compiled build: {_accel.CACHE.status()[1]}"
 )
 def test_compiled_and_python_builds_replay_identically() -> None:
-    python = outcomes(OUTCOMES, str(HERE), compiled=False)
-    assert_same(outcomes(OUTCOMES, str(HERE), compiled=True), python)
+    python = outcomes(OUTCOMES, str(TESTS), compiled=False)
+    assert_same(outcomes(OUTCOMES, str(TESTS), compiled=True), python)
     # The configurations exercise the models: hits, waits and rejections all occur.
     assert any(sum(v["cached"]) for v in python.values())  # type: ignore[index]
     assert any(max(v["wait"]) > 0 for v in python.values())  # type: ignore[index]

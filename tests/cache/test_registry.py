@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvroute.cache.base import CacheGeometry, PrefixCache
+from kvroute.cache.models.vllm import VllmConfig
 from kvroute.cache.registry import EngineSettings, cache_models
-from kvroute.cache.vllm import VllmConfig
 from kvroute.errors import UsageError
 
 

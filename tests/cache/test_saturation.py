@@ -9,10 +9,10 @@ import numpy as np
 from rich.console import Console
 
 from kvroute.cache.capacity import capacity_from_tokens
+from kvroute.cache.replay.timing import TimingOptions
 from kvroute.cache.result import SimulationResult
 from kvroute.cache.saturation import judge_saturation
 from kvroute.cache.simulate import SimulateOptions, TraceSource, simulate
-from kvroute.cache.timing import TimingOptions
 from kvroute.report.page.html import render_page
 from kvroute.report.simulate.console import render_console
 from kvroute.report.simulate.page import simulation_page

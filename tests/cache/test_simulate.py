@@ -7,17 +7,17 @@ import itertools
 
 import numpy as np
 import pytest
-from cache_traces import block_trace, token_trace
 
+from cache.cache_traces import block_trace, token_trace
 from kvroute.analyze.prefix_index import lcp_tokens_bruteforce
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
 from kvroute.cache.base import CacheGeometry
 from kvroute.cache.capacity import capacity_from_tokens
 from kvroute.cache.registry import cache_models
-from kvroute.cache.replay import ReplayOutcome, replay
+from kvroute.cache.replay.loop import ReplayOutcome, replay
+from kvroute.cache.replay.timing import TimingOptions, plan
 from kvroute.cache.result import Ideal
 from kvroute.cache.simulate import SimulateOptions, TraceSource, simulate, sweep_grid
-from kvroute.cache.timing import TimingOptions, plan
 from kvroute.trace.records import BlockPrompt, Request, TokenPrompt
 
 
@@ -64,8 +64,8 @@ def test_unbounded_vllm_is_the_block_level_ideal_minus_the_capped_block(block: i
     reqs = token_trace(250)
     lengths = np.array([r.prompt.num_tokens for r in reqs if isinstance(r.prompt, TokenPrompt)])
     lcp = _token_lcp(reqs)
+    from kvroute.cache.models.vllm import VllmConfig
     from kvroute.cache.registry import EngineSettings
-    from kvroute.cache.vllm import VllmConfig
 
     model = cache_models(EngineSettings(vllm=VllmConfig(block_size_tokens=block))).get("vllm")(
         CacheGeometry(None)

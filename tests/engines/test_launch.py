@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kvroute.cache.radix import EvictionPolicy
-from kvroute.cache.sglang import SchedulePolicy
+from kvroute.cache.models.radix import EvictionPolicy
+from kvroute.cache.models.sglang import SchedulePolicy
 from kvroute.cli.engines import plan_line
 from kvroute.engines.launch import (
     LaunchOptions,

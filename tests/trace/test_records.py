@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvroute.analyze.run import analyze_requests
-from kvroute.cache.seq import SeqBuilder
+from kvroute.cache.replay.seq import SeqBuilder
 from kvroute.errors import InputError
 from kvroute.trace.records import BlockPrompt, Request, TokenPrompt, block_prompts
 

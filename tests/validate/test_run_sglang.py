@@ -6,7 +6,7 @@ settings the real server reports, against what SGLang 0.5.23 cached, on three sh
   a time. With 4 clients, as for the other engines, the model was off by +13 pp on
   SGLang: requests that SGLang admits in one prefill batch cannot hit each other, while
   the model inserts each prompt when its request starts (the deviation
-  ``kvroute.cache.sglang`` names); not fixed yet;
+  ``kvroute.cache.models.sglang`` names); not fixed yet;
 - ``agent``: one long system prompt and tool list, sessions whose turns each append the
   previous answer and a tool result, one request at a time;
 - ``evicting``: ten distinct ~260-token documents asked about in a shuffled order with

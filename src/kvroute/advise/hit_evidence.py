@@ -18,9 +18,9 @@ from kvroute.advise.base import EngineFigures
 from kvroute.advise.hardware import Hardware
 from kvroute.cache.base import CacheGeometry
 from kvroute.cache.registry import EngineSettings, cache_models
-from kvroute.cache.replay import replay
-from kvroute.cache.seq import trace_block_size
-from kvroute.cache.timing import TimingOptions, plan
+from kvroute.cache.replay.loop import replay
+from kvroute.cache.replay.seq import trace_block_size
+from kvroute.cache.replay.timing import TimingOptions, plan
 from kvroute.trace.records import Request
 
 METRIC = "prefill_saved"

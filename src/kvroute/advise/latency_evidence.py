@@ -28,9 +28,9 @@ from kvroute.advise.options import SloTarget
 from kvroute.advise.result import Citation, EngineScore, LatencySummary
 from kvroute.advise.workload import concurrency_p90
 from kvroute.cache.capacity import GpuSpec, resolve_gpu
-from kvroute.cache.llamacpp import LlamaCppConfig
+from kvroute.cache.models.llamacpp import LlamaCppConfig
 from kvroute.cache.registry import EngineSettings
-from kvroute.cache.timing import TimingOptions
+from kvroute.cache.replay.timing import TimingOptions
 from kvroute.errors import UsageError
 from kvroute.predict.calibration import Calibration
 from kvroute.predict.engine import EngineFlags

@@ -41,8 +41,8 @@ from kvroute.advise.workload import (
     split_by_class,
 )
 from kvroute.analyze.run import analyze_requests
-from kvroute.cache.seq import final_tokens
-from kvroute.cache.timing import TimingOptions, plan
+from kvroute.cache.replay.seq import final_tokens
+from kvroute.cache.replay.timing import TimingOptions, plan
 from kvroute.errors import InputError
 from kvroute.gateway.types import WorkloadClass
 from kvroute.trace.records import Request

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvroute.analyze.shape import concurrency_of
-from kvroute.cache.timing import TimingOptions, plan, service_s
+from kvroute.cache.replay.timing import TimingOptions, plan, service_s
 from kvroute.gateway.config.classify import ClassifyOptions
 from kvroute.gateway.routing.classify import classify
 from kvroute.gateway.types import WorkloadClass

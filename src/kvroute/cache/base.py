@@ -217,7 +217,7 @@ class CacheGeometry:
 
 
 class PrefixCache(Protocol):
-    """One engine's prefix cache. Implementations: vllm.py, sglang.py, llamacpp.py."""
+    """One engine's prefix cache. Implementations: :mod:`kvroute.cache.models`."""
 
     @property
     def name(self) -> str:
@@ -296,8 +296,9 @@ class PrefixCache(Protocol):
         ...
 
     def check_invariants(self) -> None:
-        """Raise :class:`~kvroute.cache.shared.InvariantViolation` if the state is inconsistent (free + cached +
-        pinned != capacity, pinned data unaccounted, ...). Slow: for tests."""
+        """Raise :class:`~kvroute.cache.models.shared.InvariantViolation` if the state is
+        inconsistent (free + cached + pinned != capacity, pinned data unaccounted, ...).
+        Slow: for tests."""
         ...
 
 

@@ -1,7 +1,7 @@
 """Predicted vs observed cached tokens, per request: the seam for validating the models.
 
 The simulator predicts, for every request, how many prompt tokens an engine serves from
-its cache (:attr:`kvroute.cache.replay.ReplayOutcome.cached_tokens`). Anything that
+its cache (:attr:`kvroute.cache.replay.loop.ReplayOutcome.cached_tokens`). Anything that
 observes the real number (a log's ``usage.prompt_tokens_details.cached_tokens``, an engine
 adapter reading ``timings.cache_n`` or a metrics delta) passes both here.
 """

@@ -2,18 +2,18 @@
 
 They read the models' private fields: the models' ``check_invariants`` delegate here, so
 the models' own modules hold only what a replay runs. Raise
-:class:`~kvroute.cache.shared.InvariantViolation` on the first inconsistency.
+:class:`~kvroute.cache.models.shared.InvariantViolation` on the first inconsistency.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvroute.cache.shared import check
+from kvroute.cache.models.shared import check
 
 if TYPE_CHECKING:
-    from kvroute.cache.llamacpp import LlamaCppPrefixCache
-    from kvroute.cache.vllm import VllmPrefixCache, _Block
+    from kvroute.cache.models.llamacpp import LlamaCppPrefixCache
+    from kvroute.cache.models.vllm import VllmPrefixCache, _Block
 
 
 def vllm_invariants(model: VllmPrefixCache) -> None:

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kvroute.cache.base import CacheGeometry, PrefixCache
-from kvroute.cache.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
-from kvroute.cache.sglang import SglangConfig, SglangPrefixCache
-from kvroute.cache.vllm import VllmConfig, VllmPrefixCache
+from kvroute.cache.models.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
+from kvroute.cache.models.sglang import SglangConfig, SglangPrefixCache
+from kvroute.cache.models.vllm import VllmConfig, VllmPrefixCache
 from kvroute.registry import Registry
 
 CacheFactory = Callable[[CacheGeometry], PrefixCache]

@@ -20,7 +20,9 @@ from kvroute.cache.base import CacheGeometry, PrefixCache
 from kvroute.cache.capacity import Capacity
 from kvroute.cache.compare import compare_cached_tokens
 from kvroute.cache.registry import CacheFactory, EngineSettings, cache_models
-from kvroute.cache.replay import ReplayOutcome, SharedSeqs, replay, seq_builder, shareable
+from kvroute.cache.replay.loop import ReplayOutcome, SharedSeqs, replay, seq_builder, shareable
+from kvroute.cache.replay.seq import final_tokens, trace_block_size
+from kvroute.cache.replay.timing import ArrivalSource, FloatArray, Schedule, TimingOptions, plan
 from kvroute.cache.result import (
     SCHEMA,
     Curve,
@@ -31,8 +33,6 @@ from kvroute.cache.result import (
     TraceSummary,
 )
 from kvroute.cache.saturation import judge_saturation
-from kvroute.cache.seq import final_tokens, trace_block_size
-from kvroute.cache.timing import ArrivalSource, FloatArray, Schedule, TimingOptions, plan
 from kvroute.errors import EmptyTraceError
 from kvroute.stats import describe
 from kvroute.trace.model_names import tokenizer_warning
@@ -140,7 +140,7 @@ def simulate(
 
 class _Runner:
     """Replays one trace through many models, building each kind of sequence once when
-    the trace is small enough to hold them (:class:`~kvroute.cache.replay.SharedSeqs`)."""
+    the trace is small enough to hold them (:class:`~kvroute.cache.replay.loop.SharedSeqs`)."""
 
     def __init__(
         self, requests: Sequence[Request], schedule: Schedule, opts: SimulateOptions

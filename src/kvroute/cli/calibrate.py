@@ -15,9 +15,9 @@ import numpy as np
 import orjson
 
 from kvroute.cache.capacity import parse_size, resolve_gpu, resolve_model
-from kvroute.cache.llamacpp import LlamaCppConfig
+from kvroute.cache.models.llamacpp import LlamaCppConfig
+from kvroute.cache.models.vllm import VllmConfig
 from kvroute.cache.registry import EngineSettings
-from kvroute.cache.vllm import VllmConfig
 from kvroute.cli.console import make_console
 from kvroute.cli.files import emit
 from kvroute.cli.predict.live import serve_fixed

@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from kvroute.cache.radix import EvictionPolicy
-from kvroute.cache.sglang import SchedulePolicy
+from kvroute.cache.models.radix import EvictionPolicy
+from kvroute.cache.models.sglang import SchedulePolicy
 from kvroute.cli.console import make_console
 from kvroute.engines.launch import SGLANG_EVICTION_POLICIES, CpuPlan, LaunchOptions, plan_cpus
 from kvroute.engines.local import (

@@ -13,9 +13,9 @@ from kvroute.analyze.explain import EngineKept, Explanation, Units, explain_requ
 from kvroute.cache.base import CacheGeometry
 from kvroute.cache.capacity import parse_size
 from kvroute.cache.registry import cache_models
-from kvroute.cache.replay import replay
-from kvroute.cache.seq import trace_block_size
-from kvroute.cache.timing import TimingOptions, plan
+from kvroute.cache.replay.loop import replay
+from kvroute.cache.replay.seq import trace_block_size
+from kvroute.cache.replay.timing import TimingOptions, plan
 from kvroute.cli.files import STDOUT, check_outputs, emit
 from kvroute.cli.trace_input import open_trace, trace_inputs
 from kvroute.errors import UsageError

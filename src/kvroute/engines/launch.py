@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from kvroute.cache.radix import EvictionPolicy
-from kvroute.cache.sglang import SchedulePolicy
+from kvroute.cache.models.radix import EvictionPolicy
+from kvroute.cache.models.sglang import SchedulePolicy
 from kvroute.engines.paths import default_model_path, llama_server_path
 from kvroute.engines.sglang_paths import sglang_python_path
 from kvroute.engines.vllm_paths import vllm_model_dir, vllm_python_path

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from kvroute.cache.base import CacheGeometry, PrefixCache
 from kvroute.cache.registry import EngineSettings, cache_models
-from kvroute.cache.seq import SeqBuilder, SeqPair, trace_block_size
+from kvroute.cache.replay.seq import SeqBuilder, SeqPair, trace_block_size
 from kvroute.predict.base import BatchScheduler
 from kvroute.predict.replay import Arrivals, ReplayTimes, replay
 from kvroute.predict.schedulers import SchedulerSettings, schedulers

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvroute.cache.capacity import GpuSpec, ModelShape, capacity_from_hardware
-from kvroute.cache.timing import TimingOptions, plan
+from kvroute.cache.replay.timing import TimingOptions, plan
 from kvroute.errors import UsageError
 from kvroute.predict.calibration import Calibration, choose_calibration, shipped_priors
 from kvroute.predict.engine import ENGINES, EngineFlags, EngineSim, Workload

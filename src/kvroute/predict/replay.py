@@ -32,8 +32,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kvroute.cache.base import Admission, AdmitStatus, CacheSeq, PrefixCache
-from kvroute.cache.replay import WaitingView
-from kvroute.cache.seq import SeqPair
+from kvroute.cache.replay.loop import WaitingView
+from kvroute.cache.replay.seq import SeqPair
 from kvroute.predict.base import BatchScheduler, Prefilling
 from kvroute.predict.steptime import (
     MEMORY,
@@ -131,7 +131,8 @@ class _Req:
 
 @runtime_checkable
 class StepMemory(Protocol):
-    """A cache model that takes memory step by step (:class:`~kvroute.cache.vllm.VllmPrefixCache`)."""
+    """A cache model that takes memory step by step
+    (:class:`~kvroute.cache.models.vllm.VllmPrefixCache`)."""
 
     def pin_steps(
         self, request_id: int, seq: CacheSeq, final: CacheSeq, max_new_tokens: int
@@ -149,7 +150,7 @@ class StepMemory(Protocol):
 @runtime_checkable
 class BatchInsert(Protocol):
     """A cache model whose prompts enter the cache at the end of their prefill batch
-    (:class:`~kvroute.cache.sglang.SglangPrefixCache`)."""
+    (:class:`~kvroute.cache.models.sglang.SglangPrefixCache`)."""
 
     def pin_deferred(self, request_id: int, seq: CacheSeq, final_tokens: int) -> Admission: ...
 
@@ -418,7 +419,7 @@ def replay(
     record_basis: bool = False,
 ) -> ReplayTimes:
     """Serve ``pairs`` (prompt/final sequences in trace order, see
-    :mod:`kvroute.cache.seq`) on a fresh ``model`` with ``scheduler``'s batch formation.
+    :mod:`kvroute.cache.replay.seq`) on a fresh ``model`` with ``scheduler``'s batch formation.
     ``coefficients`` holds the step features first, then the per-request overhead.
     ``record_basis`` (closed loop only) keeps the cumulative basis per request."""
     n = len(pairs)

@@ -16,8 +16,8 @@ import numpy.typing as npt
 
 from kvroute.cache.base import CacheGeometry
 from kvroute.cache.registry import cache_models
-from kvroute.cache.replay import ReplayOutcome, replay
-from kvroute.cache.timing import ArrivalSource, Schedule, TimingOptions
+from kvroute.cache.replay.loop import ReplayOutcome, replay
+from kvroute.cache.replay.timing import ArrivalSource, Schedule, TimingOptions
 from kvroute.trace.records import Request, TokenPrompt
 from kvroute.types import TokenIds
 from kvroute.validate.result import EngineSetup, Served

@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from kvroute.cache.llamacpp import LlamaCppConfig
-from kvroute.cache.radix import EvictionPolicy
+from kvroute.cache.models.llamacpp import LlamaCppConfig
+from kvroute.cache.models.radix import EvictionPolicy
+from kvroute.cache.models.sglang import SchedulePolicy, SglangConfig
+from kvroute.cache.models.vllm import VllmConfig
 from kvroute.cache.registry import EngineSettings
-from kvroute.cache.sglang import SchedulePolicy, SglangConfig
-from kvroute.cache.vllm import VllmConfig
 from kvroute.engines.base import EngineAdapter
 from kvroute.engines.sglang import SglangAdapter
 from kvroute.errors import EngineError, UsageError

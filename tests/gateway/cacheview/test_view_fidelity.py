@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from gateway.harness import LoopThread, running_gateway
-from kvroute.cache.llamacpp import LlamaCppConfig
+from kvroute.cache.models.llamacpp import LlamaCppConfig
 from kvroute.engines.llamacpp import LlamaCppAdapter
 from kvroute.engines.state import EngineRecord
 from kvroute.errors import InputError

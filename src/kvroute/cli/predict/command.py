@@ -14,10 +14,10 @@ import click
 import orjson
 
 from kvroute.cache.capacity import parse_size, resolve_gpu, resolve_model
-from kvroute.cache.llamacpp import LlamaCppConfig
+from kvroute.cache.models.llamacpp import LlamaCppConfig
+from kvroute.cache.models.sglang import SglangConfig
+from kvroute.cache.models.vllm import VllmConfig
 from kvroute.cache.registry import EngineSettings
-from kvroute.cache.sglang import SglangConfig
-from kvroute.cache.vllm import VllmConfig
 from kvroute.cli.console import make_console
 from kvroute.cli.files import check_outputs, emit, emit_page
 from kvroute.errors import UsageError

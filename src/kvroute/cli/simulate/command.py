@@ -13,13 +13,13 @@ import click
 
 from kvroute import _accel
 from kvroute.cache.capacity import capacity_from_tokens
-from kvroute.cache.llamacpp import LlamaCppConfig
-from kvroute.cache.radix import EvictionPolicy
+from kvroute.cache.models.llamacpp import LlamaCppConfig
+from kvroute.cache.models.radix import EvictionPolicy
+from kvroute.cache.models.sglang import SchedulePolicy, SglangConfig
+from kvroute.cache.models.vllm import VllmConfig
 from kvroute.cache.registry import EngineSettings
-from kvroute.cache.sglang import SchedulePolicy, SglangConfig
+from kvroute.cache.replay.timing import TimingOptions
 from kvroute.cache.simulate import SimulateOptions, simulate
-from kvroute.cache.timing import TimingOptions
-from kvroute.cache.vllm import VllmConfig
 from kvroute.cli.console import make_console
 from kvroute.cli.files import check_outputs, writes_stdout
 from kvroute.cli.simulate.capacity import parse_engines, parse_sizes, resolve_capacity

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 import click
 
 from kvroute.cache.capacity import DEFAULT_UTILIZATION, KV_DTYPE_BYTES
-from kvroute.cache.radix import EvictionPolicy
-from kvroute.cache.sglang import SchedulePolicy
+from kvroute.cache.models.radix import EvictionPolicy
+from kvroute.cache.models.sglang import SchedulePolicy
 from kvroute.cli.simulate.capacity import DEFAULT_GPU, DEFAULT_MODEL
 from kvroute.trace.readers import trace_formats
 from kvroute.validate.result import ENGINES as VALIDATE_ENGINES

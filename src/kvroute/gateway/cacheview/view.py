@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvroute.cache.base import U64, AdmitStatus, CacheGeometry, CacheSeq, PrefixCache, units_for
-from kvroute.cache.llamacpp import LlamaCppPrefixCache
+from kvroute.cache.models.llamacpp import LlamaCppPrefixCache
+from kvroute.cache.models.vllm import VllmConfig
 from kvroute.cache.registry import EngineSettings, cache_models
-from kvroute.cache.vllm import VllmConfig
 from kvroute.gateway.config.cache_view import CacheViewConfig
 from kvroute.trace.hashing import block_hashes, chain_hashes
 from kvroute.types import TokenIds

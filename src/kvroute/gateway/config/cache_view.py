@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvroute.cache.llamacpp import LlamaCppConfig
+from kvroute.cache.models.llamacpp import LlamaCppConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvroute.cache.base import AdmitStatus, CacheGeometry, CacheSeq
-from kvroute.cache.vllm import VllmConfig, VllmPrefixCache
+from kvroute.cache.models.vllm import VllmConfig, VllmPrefixCache
 
 U = 4  # tokens per block
 

@@ -18,7 +18,7 @@ vllm-project/vllm ``vllm/v1/core/kv_cache_manager.py`` @003df29, ``block_pool.py
 - Prompt blocks are cached when allocated; blocks filled by generated tokens are cached too.
 
 Two ways to hold a request's memory. :meth:`~VllmPrefixCache.pin` takes all of it (prompt
-and output) when the request starts: the cache replay (:mod:`kvroute.cache.replay`) has no
+and output) when the request starts: the cache replay (:mod:`kvroute.cache.replay.loop`) has no
 engine steps. The latency replay (:mod:`kvroute.predict.replay`) steps like vLLM instead
 (``Scheduler.schedule`` in ``vllm/v1/core/sched/scheduler.py`` and
 ``KVCacheManager.allocate_slots``, main @00024d3, the same since v0.8):
@@ -60,7 +60,7 @@ from kvroute.cache.base import (
     CacheUsage,
 )
 from kvroute.cache.invariants import vllm_invariants
-from kvroute.cache.shared import Admitted, check
+from kvroute.cache.models.shared import Admitted, check
 
 _UNBOUNDED = 1 << 62
 

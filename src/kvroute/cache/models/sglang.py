@@ -3,7 +3,7 @@
 Follows SGLang main as of 2025 (v0.5 line), read at sgl-project/sglang:
 ``python/sglang/srt/mem_cache/radix_cache.py`` @006b0e3 (``match_prefix``, ``insert``,
 ``cache_finished_req``, ``cache_unfinished_req``, ``evict``, lock refs; the tree itself is
-:mod:`kvroute.cache.radix`), ``mem_cache/evict_policy.py``, ``mem_cache/common.py``
+:mod:`kvroute.cache.models.radix`), ``mem_cache/evict_policy.py``, ``mem_cache/common.py``
 (``evict_from_tree_cache``), ``managers/schedule_batch.py`` (``adjust_max_prefix_ids``)
 and ``managers/schedule_policy.py`` @00550cd (LPM, its FCFS fallback above 128 waiting
 requests, in-batch prefix deprioritisation):
@@ -49,8 +49,8 @@ from kvroute.cache.base import (
     CacheUsage,
     units_for,
 )
-from kvroute.cache.radix import EvictionPolicy, Keys, Node, RadixTree, Walk
-from kvroute.cache.shared import Admitted, check
+from kvroute.cache.models.radix import EvictionPolicy, Keys, Node, RadixTree, Walk
+from kvroute.cache.models.shared import Admitted, check
 
 LPM_MAX_WAITING = 128
 IN_BATCH_PREFIX_TOKENS = 32

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cache_traces import block_trace, token_trace
 
-from kvroute.cache import llamacpp as llamacpp_module
+from cache.cache_traces import block_trace, token_trace
 from kvroute.cache.base import U64, CacheGeometry, CacheSeq, common_prefix_len
-from kvroute.cache.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
-from kvroute.cache.prompt_cache import MIN_KEEP, HostPromptCache, SavedPrompt, SaveResult
-from kvroute.cache.replay import ReplayOutcome, replay
-from kvroute.cache.timing import TimingOptions, plan
+from kvroute.cache.models import llamacpp as llamacpp_module
+from kvroute.cache.models.llamacpp import LlamaCppConfig, LlamaCppPrefixCache
+from kvroute.cache.models.prompt_cache import MIN_KEEP, HostPromptCache, SavedPrompt, SaveResult
+from kvroute.cache.replay.loop import ReplayOutcome, replay
+from kvroute.cache.replay.timing import TimingOptions, plan
 from kvroute.trace.hashing import chain_hashes
 from kvroute.trace.records import Request
 

@@ -4,12 +4,17 @@ cache, unified vs per-slot contexts and --cache-reuse chunk shifting."""
 from __future__ import annotations
 
 import numpy as np
-from cache_traces import pair
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cache.cache_traces import pair
 from kvroute.cache.base import AdmitStatus, CacheGeometry
-from kvroute.cache.llamacpp import LlamaCppConfig, LlamaCppPrefixCache, _chunk_reuse, ctx_per_slot
+from kvroute.cache.models.llamacpp import (
+    LlamaCppConfig,
+    LlamaCppPrefixCache,
+    _chunk_reuse,
+    ctx_per_slot,
+)
 
 
 def model(capacity: int | None = 10_000, **kw: object) -> LlamaCppPrefixCache:

@@ -6,7 +6,7 @@ the prompt-reuse block of ``update_slots`` with ``--cache-reuse`` chunk shifting
 ``[TAG_PROMPT_LOGITS]``, ``cache_idle_slots`` after a launch), ``tools/server/server.cpp``
 (``-np`` auto: 4 slots with a unified KV buffer), ``common/common.h`` / ``common/arg.cpp``
 (defaults) and ``src/llama-context.cpp`` (``n_ctx_seq``). The host-memory prompt cache is
-:mod:`kvroute.cache.prompt_cache`.
+:mod:`kvroute.cache.models.prompt_cache`.
 
 - ``--parallel`` slots share ``-c`` tokens: with ``--kv-unified`` (the default when ``-np``
   is not given) every slot may use the whole pool; otherwise each slot gets
@@ -49,10 +49,10 @@ from kvroute.cache.base import (
     CacheUsage,
     units_for,
 )
-from kvroute.cache.chunk_reuse import chunk_reuse as _chunk_reuse
 from kvroute.cache.invariants import llamacpp_invariants
-from kvroute.cache.prompt_cache import HostPromptCache, SavedPrompt, SaveResult
-from kvroute.cache.shared import Admitted
+from kvroute.cache.models.chunk_reuse import chunk_reuse as _chunk_reuse
+from kvroute.cache.models.prompt_cache import HostPromptCache, SavedPrompt, SaveResult
+from kvroute.cache.models.shared import Admitted
 
 MIB = 1 << 20
 _UNBOUNDED = 1 << 62

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvroute.cache.base import CacheSeq, common_prefix_len
-from kvroute.cache.seq import SeqBuilder, final_tokens, trace_block_size
+from kvroute.cache.replay.seq import SeqBuilder, final_tokens, trace_block_size
 from kvroute.errors import InputError
 from kvroute.trace.hashing import chain_hashes, rechain_ids
 from kvroute.trace.records import BlockPrompt, Request, TextPrompt, TokenPrompt

@@ -14,7 +14,7 @@ at the same instant, so freed memory is seen)::
 A request that can never fit (TOO_LARGE) is rejected. When nothing runs and the head still
 gets NO_ROOM, no completion can ever make room, so it is rejected too. Sequential traces
 (no arrival times, no forced rate) run one request at a time. Timing is described in
-:mod:`kvroute.cache.timing`. Deterministic: the model and the schedule are, and no clock
+:mod:`kvroute.cache.replay.timing`. Deterministic: the model and the schedule are, and no clock
 is read except to report ``elapsed_s``.
 """
 
@@ -32,8 +32,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kvroute.cache.base import AdmitStatus, CacheSeq, CacheStats, CacheUsage, PrefixCache
-from kvroute.cache.seq import SeqBuilder, SeqPair, trace_block_size
-from kvroute.cache.timing import Schedule, TimingOptions, service_s
+from kvroute.cache.replay.seq import SeqBuilder, SeqPair, trace_block_size
+from kvroute.cache.replay.timing import Schedule, TimingOptions, service_s
 from kvroute.trace.records import Request
 
 CHUNK_REQUESTS = 2048

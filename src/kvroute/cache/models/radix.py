@@ -24,7 +24,7 @@ import heapq
 from collections.abc import Callable
 
 from kvroute.cache.base import U64, keys_common_prefix
-from kvroute.cache.shared import check
+from kvroute.cache.models.shared import check
 
 Keys = list[object]
 """Chained unit keys as Python ints: indexing a list is several times cheaper than

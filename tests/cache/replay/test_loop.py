@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from kvroute.cache.base import CacheGeometry
-from kvroute.cache.llamacpp import LlamaCppConfig
+from kvroute.cache.models.llamacpp import LlamaCppConfig
+from kvroute.cache.models.sglang import SglangConfig
+from kvroute.cache.models.vllm import VllmConfig
 from kvroute.cache.registry import EngineSettings, cache_models
-from kvroute.cache.replay import replay
-from kvroute.cache.sglang import SglangConfig
-from kvroute.cache.timing import TimingOptions, plan
-from kvroute.cache.vllm import VllmConfig
+from kvroute.cache.replay.loop import replay
+from kvroute.cache.replay.timing import TimingOptions, plan
 from kvroute.trace.records import Request, TokenPrompt
 
 

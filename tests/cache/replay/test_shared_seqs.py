@@ -9,15 +9,15 @@ import dataclasses
 
 import numpy as np
 import pytest
-from cache_traces import block_trace, token_trace
 
-from kvroute.cache import replay as replay_module
+from cache.cache_traces import block_trace, token_trace
 from kvroute.cache.base import CacheGeometry
 from kvroute.cache.capacity import capacity_from_tokens
 from kvroute.cache.registry import cache_models
-from kvroute.cache.replay import ReplayOutcome, SharedSeqs, replay, seq_builder, shareable
+from kvroute.cache.replay import loop as replay_module
+from kvroute.cache.replay.loop import ReplayOutcome, SharedSeqs, replay, seq_builder, shareable
+from kvroute.cache.replay.timing import TimingOptions, plan
 from kvroute.cache.simulate import SimulateOptions, TraceSource, simulate
-from kvroute.cache.timing import TimingOptions, plan
 from kvroute.trace.records import Request
 
 ENGINES = ("llamacpp", "vllm", "sglang")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvroute.cache.timing import ArrivalSource, TimingOptions, plan, service_s
+from kvroute.cache.replay.timing import ArrivalSource, TimingOptions, plan, service_s
 from kvroute.errors import UsageError
 from kvroute.trace.records import Request, TokenPrompt
 

@@ -1,5 +1,5 @@
 """llama.cpp's ``--cache-reuse`` chunk shifting over raw token ids (used by
-:mod:`kvroute.cache.llamacpp`; llama.cpp commit 0c1e570, ``tools/server/server-context.cpp``,
+:mod:`kvroute.cache.models.llamacpp`; llama.cpp commit 0c1e570, ``tools/server/server-context.cpp``,
 the prompt-reuse block of ``update_slots``)."""
 
 from __future__ import annotations

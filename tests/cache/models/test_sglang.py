@@ -3,10 +3,9 @@ the whole-allocation eviction quirk and LPM scheduling."""
 
 from __future__ import annotations
 
-from cache_traces import pair
-
+from cache.cache_traces import pair
 from kvroute.cache.base import AdmitStatus, CacheGeometry
-from kvroute.cache.sglang import SchedulePolicy, SglangConfig, SglangPrefixCache
+from kvroute.cache.models.sglang import SchedulePolicy, SglangConfig, SglangPrefixCache
 
 
 def model(capacity: int | None, **kw: object) -> SglangPrefixCache:

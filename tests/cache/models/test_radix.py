@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cache_traces import pair
 
-from kvroute.cache.radix import EvictionPolicy, RadixTree
+from cache.cache_traces import pair
+from kvroute.cache.models.radix import EvictionPolicy, RadixTree
 
 
 def keys(tokens: list[int]) -> np.ndarray:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from cache_traces import pair
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cache.cache_traces import pair
 from kvroute.cache.base import AdmitStatus, CacheGeometry, CacheSeq
-from kvroute.cache.vllm import VllmConfig, VllmPrefixCache
+from kvroute.cache.models.vllm import VllmConfig, VllmPrefixCache
 
 B = 4
 

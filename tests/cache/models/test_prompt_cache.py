@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from cache_traces import pair
-
-from kvroute.cache.prompt_cache import HostPromptCache, SavedPrompt, SaveResult
+from cache.cache_traces import pair
+from kvroute.cache.models.prompt_cache import HostPromptCache, SavedPrompt, SaveResult
 
 
 def saved(tokens: list[int]) -> SavedPrompt:
