@@ -298,7 +298,7 @@ class PrefixCache(Protocol):
     def check_invariants(self) -> None:
         """Raise :class:`~kvroute.cache.models.shared.InvariantViolation` if the state is
         inconsistent (free + cached + pinned != capacity, pinned data unaccounted, ...).
-        Slow: for tests."""
+        Each model checks its own state, in its own module. Slow: for tests."""
         ...
 
 

@@ -49,10 +49,9 @@ from kvroute.cache.base import (
     CacheUsage,
     units_for,
 )
-from kvroute.cache.invariants import llamacpp_invariants
 from kvroute.cache.models.chunk_reuse import chunk_reuse as _chunk_reuse
 from kvroute.cache.models.prompt_cache import HostPromptCache, SavedPrompt, SaveResult
-from kvroute.cache.models.shared import Admitted
+from kvroute.cache.models.shared import Admitted, check
 
 MIB = 1 << 20
 _UNBOUNDED = 1 << 62
@@ -378,4 +377,25 @@ class LlamaCppPrefixCache:
         return CacheStats(self._evicted, self._num_evictions, self._peak_pinned, extra)
 
     def check_invariants(self) -> None:
-        llamacpp_invariants(self)
+        running = idle = 0
+        for slot in self._slots:
+            check(slot.footprint >= 0, f"slot {slot.index}: negative footprint")
+            check(slot.footprint <= self._slot_ctx, f"slot {slot.index}: over its context")
+            if slot.running is not None:
+                check(slot.content is None, f"slot {slot.index}: running with idle content")
+                check(self._by_request.get(slot.running) is slot, "request/slot map drifted")
+                running += slot.footprint
+            else:
+                size = 0 if slot.content is None else slot.content.num_tokens
+                check(size == slot.footprint, f"slot {slot.index}: content != footprint")
+                idle += slot.footprint
+        check(
+            len(self._by_request) == sum(s.running is not None for s in self._slots),
+            "running count drifted",
+        )
+        check(running == self._running_tokens, "pinned tokens drifted")
+        check(idle == self._idle_tokens, "cached tokens drifted")
+        if self._n_ctx is not None:
+            check(running + idle <= self._n_ctx, "free + cached + pinned != capacity")
+        if self._ram is not None:
+            self._ram.check_invariants()

@@ -38,6 +38,7 @@ import enum
 import math
 
 from kvroute.cache.base import U64, CacheSeq, keys_common_prefix
+from kvroute.cache.models.shared import check
 from kvroute.types import TokenIds
 
 MIN_KEEP = 0.25
@@ -135,6 +136,15 @@ class HostPromptCache:
     def states(self) -> list[SavedPrompt]:
         """The saved states, oldest first."""
         return list(self._order)
+
+    def check_invariants(self) -> None:
+        """Raise :class:`~kvroute.cache.models.shared.InvariantViolation` if the size count
+        drifted from the states or is over the limit. Slow: for tests."""
+        check(
+            self.total_tokens == sum(s.num_tokens for s in self.states), "host cache size drifted"
+        )
+        if self.limit_tokens is not None:
+            check(self.total_tokens <= self.limit_tokens, "host cache over its limit")
 
     def _indexed(self, position: int) -> int:
         """The deepest indexed position at or before ``position``."""

@@ -59,7 +59,6 @@ from kvroute.cache.base import (
     CacheStats,
     CacheUsage,
 )
-from kvroute.cache.invariants import vllm_invariants
 from kvroute.cache.models.shared import Admitted, check
 
 _UNBOUNDED = 1 << 62
@@ -495,4 +494,43 @@ class VllmPrefixCache:
         )
 
     def check_invariants(self) -> None:
-        vllm_invariants(self)
+        holders: dict[int, int] = {}
+        held: list[_Block] = []
+        for blocks, start in self._held.values():
+            check(len({id(b) for b in blocks}) == len(blocks), "a request holds a block twice")
+            check(0 <= start <= len(blocks), "hash count out of range")
+            refs = [b.ref for b in blocks]
+            check(refs == sorted(refs, reverse=True), "reference counts grow along a request")
+            for b in blocks:
+                holders[id(b)] = holders.get(id(b), 0) + 1
+                held.append(b)
+        queue: list[_Block] = []
+        blk = self._queue.next
+        while blk is not self._queue and len(queue) <= self._num_created:
+            check(blk.prev.next is blk, "broken free-queue links")
+            check(blk.ref == 0, "a queued block is pinned")
+            queue.append(blk)
+            blk = blk.next
+        check(blk is self._queue, "the free queue does not end at its sentinel")
+        check(len({id(b) for b in queue}) == len(queue), "a block is queued twice")
+        check(len(queue) == self._num_queued, "queued count drifted")
+        for b in held:
+            check(b.ref == holders[id(b)], f"block {b.key}: ref {b.ref} != holders")
+        for h, b in self._cached.items():
+            check(b.key == h, "a block does not hold the hash mapped to it")
+        check(
+            {id(b) for b in self._cached.values()} <= {id(b) for b in [*held, *queue]},
+            "a cached block is neither held nor queued",
+        )
+        check(all(b.key is None for b in self._spare), "a spare block holds a hash")
+        check(len({id(b) for b in held}) == self._num_pinned, "pinned count drifted")
+        check(
+            sum(1 for b in queue if b.key is not None) == self._num_cached_free,
+            "evictable count drifted",
+        )
+        check(self._num_fresh() >= 0, "negative fresh blocks")
+        if self._num_blocks is not None:
+            check(
+                self._num_fresh() + self._num_queued + self._num_pinned == self._num_blocks,
+                "free + cached + pinned != capacity",
+            )
