@@ -56,6 +56,9 @@ def test_the_stamp_covers_every_compiled_module(group: Group) -> None:
     for name in group.modules:
         assert f"{group.package}/{name.replace('.', '/')}{suffix}" in stamped
     assert all((PACKAGE_ROOT / p).is_file() for p in stamped)
+    if group.whole_package:  # its subpackages too (cache's models/, replay/)
+        every = (PACKAGE_ROOT / group.package).rglob("*.py")
+        assert {p.relative_to(PACKAGE_ROOT).as_posix() for p in every} <= stamped
 
 
 def _run(code: str, **env: str) -> dict[str, object]:
