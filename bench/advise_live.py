@@ -367,8 +367,13 @@ def testbed_phase(cal_dir: Path) -> None:
                  "--seed", str(s)],
                 300,
             )  # fmt: skip
-            for line in timed.read_text().splitlines():
+            served = tb.cell_requests(w, s, n)
+            for k, line in enumerate(timed.read_text().splitlines()):
                 rec = json.loads(line)
+                # The trace must be the very requests the cells served, in their order.
+                got_msgs = rec["request"].get("messages")
+                if k >= len(served) or got_msgs != served[k].body.get("messages"):
+                    sys.exit(f"{timed}: request {k} is not the one the {w} cells served")
                 rec.pop("timestamp", None)
                 if rec.get("session_id") is not None:
                     rec["session_id"] = f"seed{s}-{rec['session_id']}"
@@ -436,7 +441,7 @@ def testbed_phase(cal_dir: Path) -> None:
     doc = {
         "schema": "kvroute.bench.advise_live_testbed/1",
         "slo": SLO,
-        "source": str(TESTBED_JSON.relative_to(ROOT)),
+        "source": str(TESTBED_JSON),
         "rows": rows,
         "skipped": skipped,
         "agreement": f"{sum(r['agrees'] for r in rows)}/{len(rows)}",
