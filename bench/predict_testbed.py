@@ -22,7 +22,7 @@ Loads: closed loops of 1, 2 and 4 clients, and one open loop at a constant rate 
 of the rate the engine sustains (predicted, a closed loop at its maximum running
 requests), the same arrival times in prediction and measurement. Cells run in tiers, so
 a sitting cut short has the most useful ones: seed 0 at c1, c4 and the rate, then seed
-1 at those, then c2 for both seeds.
+1 at c1, then seed 1 at c4 and the rate, then c2 for both seeds.
 
 Every finished cell is written at once to ``--out`` (JSON; the bench result of each
 cell, per-request records included, to ``--runs-dir``), and a rerun skips the cells
@@ -93,10 +93,13 @@ LOADS = ("c1", "c2", "c4", "rate")
 SEEDS = (0, 1)
 TIERS: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = (
     ((0,), ("c1", "c4", "rate")),
-    ((1,), ("c1", "c4", "rate")),
+    ((1,), ("c1",)),
+    ((1,), ("c4", "rate")),
     ((0, 1), ("c2",)),
 )
-"""The order cells run in: (seeds, loads) per tier, every workload and engine in each."""
+"""The order cells run in: (seeds, loads) per tier, every workload and engine in each.
+Seed 1's one-user cells come before its others: advise_live.py's ``testbed`` phase
+needs both seeds' c1 cells of every workload."""
 NUM_REQUESTS = 6
 C1_REQUESTS = 8
 """Requests per cell; the one-user cells get more (bench/advise_live.py's ``testbed``
@@ -549,6 +552,27 @@ def report(doc: dict[str, Any], which: str = "predicted") -> str:
                 f"| {met} | {len(errs[met])} | {np.median(errs[met]):.1%} | "
                 f"{sum(within[met])}/{len(within[met])} |"
             )
+    engines = sorted({c["engine"] for c in cells.values()})
+    lines.append("")
+    lines.append("| engine | cells | " + " | ".join(METRICS) + " | in 95 % |")
+    lines.append("|---|---|" + "---|" * (len(METRICS) + 1))
+    for eng in engines:
+        mine = [c for c in cells.values() if c["engine"] == eng]
+        meds = []
+        for met in METRICS:
+            es = [abs(_err(c[which][met]["value"], c["measured"][met])) for c in mine]
+            es = [e for e in es if np.isfinite(e)]
+            meds.append(f"{np.median(es):.0%}" if es else "–")
+        ins = sum(
+            1 for c in mine for met in METRICS
+            if c["measured"][met] is not None
+            and c[which][met]["ci95"][0] <= c["measured"][met] <= c[which][met]["ci95"][1]
+        )  # fmt: skip
+        lines.append(
+            f"| {eng} | {len(mine)} | "
+            + " | ".join(meds)
+            + f" | {ins}/{len(mine) * len(METRICS)} |"
+        )
     if inside_all:
         lines.append(
             f"\n95 % intervals contain the measured value in {inside_n}/{inside_all} (cell, metric) pairs."
