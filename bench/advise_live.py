@@ -350,8 +350,8 @@ def testbed_phase(cal_dir: Path) -> None:
             e for e in ENGINES
             if all((e, s) in cells for s in seeds) and (cal_dir / f"{e}.json").is_file()
         ]  # fmt: skip
-        if len(engines) < 2 or not seeds:
-            skipped[w] = f"c1 measured on {engines or 'no engine'} only"
+        if not seeds or len(engines) < 2:
+            skipped[w] = f"c1 measured on {engines if seeds else 'no engine'} only"
             log(f"{w}: skipped, {skipped[w]}")
             continue
         # Seeds measured on every engine only, so each engine is judged on the same requests.
@@ -455,9 +455,11 @@ def testbed_phase(cal_dir: Path) -> None:
     log(f"agreement {doc['agreement']}; wrote {TESTBED_RESULTS}")
 
 
-def serve_phase(testbed: bool, cal_dir: Path) -> None:
+def serve_phase(testbed: bool, cal_dir: Path, attach: Path | None = None) -> None:
     """The rag trace's gateway.yaml in front of engines started here, openai SDK through it
-    (``testbed``: the trace, advice and calibrations of :func:`testbed_phase`)."""
+    (``testbed``: the trace, advice and calibrations of :func:`testbed_phase`; ``attach``:
+    use the engines recorded under ``attach/state-ENGINE`` — bench/predict_testbed.py's,
+    while it runs — instead of starting any)."""
     import openai
 
     if testbed:
@@ -478,7 +480,15 @@ def serve_phase(testbed: bool, cal_dir: Path) -> None:
     served: dict[str, Any] = {"engines": engines}
     gw = None
     try:
-        urls = {e: asyncio.run(_up(e, states[e], options[e])) for e in engines}
+        if attach is not None:
+            urls = {}
+            for e in engines:
+                (rec,) = [r for r in StateDir(attach / f"state-{e}").records() if r.engine == e]
+                urls[e] = rec.base_url
+            states = {}  # not ours to stop
+            served["attached"] = str(attach)
+        else:
+            urls = {e: asyncio.run(_up(e, states[e], options[e])) for e in engines}
         out = WORK / "advice-rag-served"
         run(
             [
@@ -490,6 +500,8 @@ def serve_phase(testbed: bool, cal_dir: Path) -> None:
             ],
             600,
         )  # fmt: skip
+        run([*KVROUTE, "serve", "--check", "--config", str(out / "gateway.yaml")], 60)
+        served["check"] = "ok"
         port = 18700
         gw = subprocess.Popen(
             [*KVROUTE, "serve", "--config", str(out / "gateway.yaml"), "--port", str(port), "-q"],
@@ -600,6 +612,7 @@ def main() -> None:
     sv = sub.add_parser("serve", help="serve the rag trace's gateway.yaml; openai SDK through it")
     sv.add_argument("--testbed", action="store_true", help="the testbed phase's rag advice")
     sv.add_argument("--cal-dir", type=Path, default=Path("/tmp/kv-predict-cal"))
+    sv.add_argument("--attach", type=Path, help="use the engines recorded under this folder")
     r = sub.add_parser("report", help="print the markdown table")
     r.add_argument("--testbed", action="store_true", help="the testbed phase's table")
     args = ap.parse_args()
@@ -610,7 +623,7 @@ def main() -> None:
     elif args.phase == "testbed":
         testbed_phase(args.cal_dir)
     elif args.phase == "serve":
-        serve_phase(args.testbed, args.cal_dir)
+        serve_phase(args.testbed, args.cal_dir, args.attach)
     else:
         report(TESTBED_RESULTS if args.testbed else RESULTS)
 
