@@ -573,6 +573,27 @@ def report(doc: dict[str, Any], which: str = "predicted") -> str:
             + " | ".join(meds)
             + f" | {ins}/{len(mine) * len(METRICS)} |"
         )
+    # The machine's drift: the signed TTFT p50 error by the load average the cell ran at.
+    bands: dict[str, list[float]] = {}
+    for c in cells.values():
+        ld = (c.get("load_average_start", c["load_average"]) + c["load_average"]) / 2
+        band = "< 4" if ld < 4 else "4-7" if ld < 7 else ">= 7"
+        e = _err(c[which]["ttft_p50"]["value"], c["measured"]["ttft_p50"])
+        if np.isfinite(e):
+            bands.setdefault(band, []).append(e)
+    lines.append("")
+    for band in ("< 4", "4-7", ">= 7"):
+        if band in bands:
+            lines.append(
+                f"Load average {band}: {len(bands[band])} cells, TTFT p50 error median "
+                f"{np.median(bands[band]):+.0%} signed, {np.median(np.abs(bands[band])):.0%} abs."
+            )
+    ttft_in = sum(
+        1 for c in cells.values()
+        if c["measured"]["ttft_p50"] is not None
+        and c[which]["ttft_p50"]["ci95"][0] <= c["measured"]["ttft_p50"] <= c[which]["ttft_p50"]["ci95"][1]
+    )  # fmt: skip
+    lines.append(f"TTFT p50 inside its 95 % interval in {ttft_in}/{len(cells)} cells.")
     if inside_all:
         lines.append(
             f"\n95 % intervals contain the measured value in {inside_n}/{inside_all} (cell, metric) pairs."
