@@ -58,12 +58,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from kvroute.bench.results.metrics import Slo, meets  # noqa: E402
+from kvroute.bench.results.metrics import Slo, meets, tpot_s, ttft_s  # noqa: E402
 from kvroute.bench.results.result import load_result  # noqa: E402
 from kvroute.engines.launch import LaunchOptions  # noqa: E402
 from kvroute.engines.local import LocalEngines  # noqa: E402
 from kvroute.engines.process import Lifetime  # noqa: E402
 from kvroute.engines.state import StateDir  # noqa: E402
+from kvroute.stats import describe  # noqa: E402
 
 ENGINES = ("llamacpp", "vllm", "sglang")
 WORK = Path(os.environ.get("KV_ADVISE_LIVE_DIR", "/tmp/kv-advise-live"))
@@ -83,6 +84,9 @@ CALIBRATE = {
     "sglang": ["--dtype", "bf16", "--capacity-tokens", "40000"],
 }
 KVROUTE = [sys.executable, "-m", "kvroute"]
+TESTBED_JSON = ROOT / "bench" / "predict_testbed_results.json"
+TESTBED_RESULTS = ROOT / "bench" / "advise_live_testbed_results.json"
+TESTBED_WORK = WORK / "testbed"
 
 
 def log(msg: str) -> None:
@@ -101,10 +105,10 @@ def run(argv: list[str], timeout_s: float) -> None:
     log(f"ok in {time.monotonic() - t0:.0f} s: {' '.join(argv[3:6])}")
 
 
-async def _up(engine: str, state: StateDir) -> str:
+async def _up(engine: str, state: StateDir, options: LaunchOptions = LAUNCH) -> str:
     async with httpx.AsyncClient() as client:
         records = await LocalEngines(state, client=client).up(
-            engine, options=LAUNCH, lifetime=Lifetime.TIED_TO_PARENT
+            engine, options=options, lifetime=Lifetime.TIED_TO_PARENT
         )
     return records[0].base_url
 
@@ -320,31 +324,184 @@ def advise_phase() -> None:
     log(f"agreement {doc['agreement']}; wrote {RESULTS}")
 
 
-def serve_phase() -> None:
-    """The rag trace's gateway.yaml in front of engines started here, openai SDK through it."""
+def testbed_phase(cal_dir: Path) -> None:
+    """advise on the testbed's one-user cells (bench/predict_testbed.py's c1 cells, both
+    seeds: 2 x 8 requests a workload, each served twice on each engine, all engines up
+    side by side and interleaved), scored against those cells' per-request records.
+
+    The trace of a workload is its two seeds' requests, one after the other (session ids
+    kept apart per seed); the measured attainment of an engine is the share of the
+    class's requests meeting the SLO over both repeats of both seeds (32 served requests
+    an engine). advise uses the testbed's calibrations, made in the same sitting."""
+    import predict_testbed as tb
+
+    doc_tb = json.loads(TESTBED_JSON.read_text())
+    TESTBED_WORK.mkdir(parents=True, exist_ok=True)
+    slo = Slo.parse(BENCH_SLO)
+    rows, skipped = [], {}
+    for w in tb.WORKLOADS:
+        cells = {
+            (c["engine"], c["seed"]): c
+            for c in doc_tb["cells"].values()
+            if c["workload"] == w and c["load"] == "c1"
+        }
+        seeds = sorted({s for _, s in cells})
+        engines = [
+            e for e in ENGINES
+            if all((e, s) in cells for s in seeds) and (cal_dir / f"{e}.json").is_file()
+        ]  # fmt: skip
+        if not seeds or len(engines) < 2:
+            skipped[w] = f"c1 measured on {engines if seeds else 'no engine'} only"
+            log(f"{w}: skipped, {skipped[w]}")
+            continue
+        # Seeds measured on every engine only, so each engine is judged on the same requests.
+        seeds = [s for s in seeds if all((e, s) in cells for e in engines)]
+        n = cells[(engines[0], seeds[0])]["num_requests"]
+        trace = TESTBED_WORK / f"trace-{w}.jsonl"
+        lines = []
+        for s in seeds:
+            timed = TESTBED_WORK / f"timed-{w}-{s}.jsonl"
+            params_w = [x for k, v in tb.PARAMS[w].items() for x in ("-p", f"{k}={v}")]
+            run(
+                [*KVROUTE, "bench", "generate", w, str(timed), *params_w, "-n", str(n),
+                 "--seed", str(s)],
+                300,
+            )  # fmt: skip
+            served = tb.cell_requests(w, s, n)
+            for k, line in enumerate(timed.read_text().splitlines()):
+                rec = json.loads(line)
+                # The trace must be the very requests the cells served, in their order.
+                got_msgs = rec["request"].get("messages")
+                if k >= len(served) or got_msgs != served[k].body.get("messages"):
+                    sys.exit(f"{timed}: request {k} is not the one the {w} cells served")
+                rec.pop("timestamp", None)
+                if rec.get("session_id") is not None:
+                    rec["session_id"] = f"seed{s}-{rec['session_id']}"
+                lines.append(json.dumps(rec))
+        trace.write_text("\n".join(lines) + "\n")
+        out = TESTBED_WORK / f"advice-{w}"
+        run(
+            [
+                *KVROUTE, "advise", str(trace), "--out", str(out), "--force",
+                "--gpu", "cpu", "--model", "smollm2-135m", "--slo", SLO,
+                "--calibration", str(cal_dir), "--min-requests", str(len(lines)),
+                "--team-size", "1", "--engines", ",".join(engines), "--workers", "1", "-q",
+            ],
+            600,
+        )  # fmt: skip
+        advice = json.loads((out / "advice.json").read_text())
+        labels = labels_of(trace)
+        largest = max(advice["classes"], key=lambda c: c["num_requests"])
+        name = largest["workload"]
+        idx = {i for i, c in enumerate(labels) if name in (c, "all")}
+        got: dict[str, float] = {}
+        med: dict[str, dict[str, float | None]] = {}
+        for e in engines:
+            ok = total = 0
+            ttft, tpot = [], []
+            for j, s in enumerate(seeds):
+                for run_ in load_result(Path(cells[(e, s)]["run_file"])).runs:
+                    for r in run_.requests:
+                        if j * n + r.index in idx:
+                            total += 1
+                            ok += meets(r, slo)
+                            if (v := ttft_s(r)) is not None:
+                                ttft.append(v)
+                            if (v := tpot_s(r)) is not None:
+                                tpot.append(v)
+            got[e] = ok / total if total else 0.0
+            med[e] = {"ttft_p50_s": describe(ttft).p50, "tpot_p50_s": describe(tpot).p50}
+        predicted = {
+            s["engine"]: s["value"] for s in largest["scores"] if s.get("latency") is not None
+        }
+        best = max(got.values())
+        p50 = {
+            s["engine"]: {
+                "predicted": {k: s["latency"][k] for k in ("ttft_p50_s", "tpot_p50_s")},
+                "measured": med[s["engine"]],
+            }
+            for s in largest["scores"]
+            if s.get("latency") is not None
+        }
+        loads = [cells[(e, s)]["load_average"] for e in engines for s in seeds]
+        rows.append(
+            {
+                "workload": w, "class": name, "classes": dict(Counter(labels)),
+                "num_requests": len(idx), "served_per_engine": 2 * len(idx),
+                "seeds": seeds, "overlap": largest["overlap"], "advised": largest["engine"],
+                "move": largest["move"], "evidence": advice["inputs"]["evidence"],
+                "predicted_attainment": predicted, "measured_attainment": got, "p50": p50,
+                "measured_best": sorted(e for e, v in got.items() if v == best),
+                "agrees": got.get(largest["engine"]) == best,
+                "headline": largest["headline"],
+                "load_average_range": [min(loads), max(loads)],
+            }
+        )  # fmt: skip
+        log(f"{w}: advised {largest['engine']}, measured {got}")
+    doc = {
+        "schema": "kvroute.bench.advise_live_testbed/1",
+        "slo": SLO,
+        "source": str(TESTBED_JSON),
+        "rows": rows,
+        "skipped": skipped,
+        "agreement": f"{sum(r['agrees'] for r in rows)}/{len(rows)}",
+        "calibrations": str(cal_dir),
+    }
+    if TESTBED_RESULTS.is_file():
+        old = json.loads(TESTBED_RESULTS.read_text())
+        if "serve" in old:
+            doc["serve"] = old["serve"]
+    TESTBED_RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    log(f"agreement {doc['agreement']}; wrote {TESTBED_RESULTS}")
+
+
+def serve_phase(testbed: bool, cal_dir: Path, attach: Path | None = None) -> None:
+    """The rag trace's gateway.yaml in front of engines started here, openai SDK through it
+    (``testbed``: the trace, advice and calibrations of :func:`testbed_phase`; ``attach``:
+    use the engines recorded under ``attach/state-ENGINE`` — bench/predict_testbed.py's,
+    while it runs — instead of starting any)."""
     import openai
 
-    trace = trace_for("rag")
-    advice_dir = WORK / "advice-rag"
-    measured_here = measured_engines("rag")
+    if testbed:
+        import predict_testbed as tb
+
+        trace = TESTBED_WORK / "trace-rag.jsonl"
+        advice_dir = TESTBED_WORK / "advice-rag"
+        results = TESTBED_RESULTS
+        options = tb.OPTIONS
+    else:
+        options = dict.fromkeys(ENGINES, LAUNCH)
+        trace, advice_dir, results, cal_dir = trace_for("rag"), WORK / "advice-rag", RESULTS, CAL
     advice = json.loads((advice_dir / "advice.json").read_text())
+    # The engines the advice chose among (its --engines), as scored in its classes.
+    measured_here = sorted({s["engine"] for c in advice["classes"] for s in c["scores"]})
     engines = sorted({f["engine"] for f in advice["flags"]})
     states = {e: StateDir(WORK / f"serve-state-{e}") for e in engines}
     served: dict[str, Any] = {"engines": engines}
     gw = None
     try:
-        urls = {e: asyncio.run(_up(e, states[e])) for e in engines}
+        if attach is not None:
+            urls = {}
+            for e in engines:
+                (rec,) = [r for r in StateDir(attach / f"state-{e}").records() if r.engine == e]
+                urls[e] = rec.base_url
+            states = {}  # not ours to stop
+            served["attached"] = str(attach)
+        else:
+            urls = {e: asyncio.run(_up(e, states[e], options[e])) for e in engines}
         out = WORK / "advice-rag-served"
         run(
             [
                 *KVROUTE, "advise", str(trace), "--out", str(out), "--force",
                 "--gpu", "cpu", "--model", "smollm2-135m", "--slo", SLO,
-                "--calibration", str(CAL), "--min-requests", str(NUM_REQUESTS), "--team-size", "1",
-                "--engines", ",".join(measured_here), "--workers", "1", "-q",
+                "--calibration", str(cal_dir), "--min-requests", str(len(trace.read_text().splitlines())),
+                "--team-size", "1", "--engines", ",".join(measured_here), "--workers", "1", "-q",
                 *[x for e, u in urls.items() for x in ("--url", f"{e}={u}")],
             ],
             600,
         )  # fmt: skip
+        run([*KVROUTE, "serve", "--check", "--config", str(out / "gateway.yaml")], 60)
+        served["check"] = "ok"
         port = 18700
         gw = subprocess.Popen(
             [*KVROUTE, "serve", "--config", str(out / "gateway.yaml"), "--port", str(port), "-q"],
@@ -365,11 +522,24 @@ def serve_phase() -> None:
             max_tokens=8,
         )
         answer = raw.parse()
+        # And streamed, as most SDK users call it: the SSE chunks must parse.
+        chunks = list(
+            client.chat.completions.create(
+                model="SmolLM2-135M-Instruct",
+                messages=[{"role": "user", "content": "Name one fruit."}],
+                max_tokens=8,
+                stream=True,
+            )
+        )
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         served |= {
-            "ok": bool(answer.choices[0].message.content),
+            "ok": bool(answer.choices[0].message.content) and bool(streamed),
             "backend": raw.headers.get("x-kvroute-backend"),
             "class": raw.headers.get("x-kvroute-class"),
             "answer": answer.choices[0].message.content,
+            "streamed": streamed,
+            "stream_chunks": len(chunks),
+            "config_unchanged": True,
         }
         log(f"served: {served}")
     finally:
@@ -378,9 +548,9 @@ def serve_phase() -> None:
             gw.wait(timeout=30)
         for s in states.values():
             asyncio.run(_down(s))
-    doc = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    doc = json.loads(results.read_text()) if results.is_file() else {}
     doc["serve"] = served
-    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    results.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def pct(x: float | None) -> str:
@@ -395,9 +565,10 @@ def ms(x: float | None) -> str:
     return "–" if x is None else f"{x * 1e3:.0f} ms"
 
 
-def report() -> None:
-    doc = json.loads(RESULTS.read_text())
-    print(f"SLO `{doc['slo']}`, {doc['num_requests']} requests per workload, one user\n")
+def report(path: Path) -> None:
+    doc = json.loads(path.read_text())
+    per = doc.get("num_requests") or "2 seeds x 8 (each served twice)"
+    print(f"SLO `{doc['slo']}`, {per} requests per workload, one user\n")
     print(
         "| workload | class (requests) | overlap | advised | predicted attainment "
         "llama.cpp / vLLM / SGLang | measured | best measured | agrees |"
@@ -436,17 +607,25 @@ def main() -> None:
     e.add_argument("engine", choices=ENGINES)
     e.add_argument("--budget-s", type=float, default=780.0, help="stop starting benches past this")
     sub.add_parser("advise", help="advise on each trace and score it against the bench")
-    sub.add_parser("serve", help="serve the rag trace's gateway.yaml; openai SDK through it")
-    sub.add_parser("report", help="print the markdown table")
+    t = sub.add_parser("testbed", help="advise on predict_testbed.py's c1 cells, scored on them")
+    t.add_argument("--cal-dir", type=Path, default=Path("/tmp/kv-predict-cal"))
+    sv = sub.add_parser("serve", help="serve the rag trace's gateway.yaml; openai SDK through it")
+    sv.add_argument("--testbed", action="store_true", help="the testbed phase's rag advice")
+    sv.add_argument("--cal-dir", type=Path, default=Path("/tmp/kv-predict-cal"))
+    sv.add_argument("--attach", type=Path, help="use the engines recorded under this folder")
+    r = sub.add_parser("report", help="print the markdown table")
+    r.add_argument("--testbed", action="store_true", help="the testbed phase's table")
     args = ap.parse_args()
     if args.phase == "engine":
         engine_phase(args.engine, args.budget_s)
     elif args.phase == "advise":
         advise_phase()
+    elif args.phase == "testbed":
+        testbed_phase(args.cal_dir)
     elif args.phase == "serve":
-        serve_phase()
+        serve_phase(args.testbed, args.cal_dir, args.attach)
     else:
-        report()
+        report(TESTBED_RESULTS if args.testbed else RESULTS)
 
 
 if __name__ == "__main__":

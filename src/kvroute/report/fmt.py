@@ -99,7 +99,8 @@ def capacity(num_tokens: float) -> str:
     if abs(n) < 1000:
         return str(n)
     for base in (1000, 1024):
-        for power, prefix in enumerate(_SI_PREFIXES[1:], start=1):
+        # up to T: the token options read no larger prefix, and P would not read back
+        for power, prefix in enumerate(_SI_PREFIXES[1:5], start=1):
             mantissa = _short_exact(Fraction(abs(n), base**power))
             if mantissa is not None:
                 unit = prefix if base == 1000 else f"{prefix.upper()}i"
