@@ -37,7 +37,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the command started its work")
 
     for target in (
-        "kvroute.cli.analyze.read_trace",
+        "kvroute.cli.analyze.command.read_trace",
         "kvroute.cli.simulate.command.load_trace",
         "kvroute.trace.synthetic.sample_log",
         "kvroute.trace.tokenizer.load_tokenizer",

@@ -103,12 +103,12 @@ class _Main(click.Group):
 # so `kvroute analyze` does not pay for the HTTP stack of `kvroute engines`.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "analyze": (
-        "kvroute.cli.analyze",
+        "kvroute.cli.analyze.command",
         "analyze_cmd",
         "Measure how much of a trace's prompts share a prefix, and how long.",
     ),
     "sample": (
-        "kvroute.cli.analyze",
+        "kvroute.cli.analyze.command",
         "sample_cmd",
         "Write a deterministic sample OpenAI request log.",
     ),

@@ -18,9 +18,9 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from kvroute.analyze.result import AnalysisResult
 from kvroute.analyze.run import AnalyzeOptions, analyze_requests
 from kvroute.analyze.warmup import parse_warmup
-from kvroute.cli.analyze_breakers import KeptPrompts, find_breakers
-from kvroute.cli.analyze_labels import ClassLabels
-from kvroute.cli.analyze_pool import pool_options, resolve_pool
+from kvroute.cli.analyze.breakers import KeptPrompts, find_breakers
+from kvroute.cli.analyze.labels import ClassLabels
+from kvroute.cli.analyze.pool import pool_options, resolve_pool
 from kvroute.cli.console import make_console
 from kvroute.cli.files import STDOUT, check_outputs, emit, emit_page, writes_stdout
 from kvroute.cli.trace_input import TraceInput, open_trace, trace_inputs

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from kvroute.cli.analyze import EXIT_BELOW_THRESHOLD
+from kvroute.cli.analyze.command import EXIT_BELOW_THRESHOLD
 from kvroute.cli.main import build_cli
 from kvroute.trace.planted import planted_logs
 
